@@ -1,5 +1,15 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""mmstats: exact, cheap training statistics for mmengine."""
+"""mmstats: exact, cheap training statistics for mmengine.
+
+Importing the package registers its datasets, models, metrics and hooks
+(in the ``mmstats`` registries and, under the same names, mmengine's root
+registries) and lets ``torch.load(weights_only=True)`` read mmengine
+checkpoints.
+"""
+from . import datasets, evaluation, models  # noqa: F401  (registration)
+from .utils import allow_mmengine_checkpoints
 from .version import __version__
+
+allow_mmengine_checkpoints()
 
 __all__ = ['__version__']

@@ -1,0 +1,12 @@
+optim_wrapper = dict(
+    optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=5e-4,
+                   nesterov=True))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0, end=1,
+         convert_to_iter_based=True),
+    dict(type='CosineAnnealingLR', by_epoch=True, begin=1, T_max=14,
+         eta_min=1e-3, convert_to_iter_based=True),
+]
+train_cfg = dict(by_epoch=True, max_epochs=15, val_interval=1)
+val_cfg = dict()
+test_cfg = dict()

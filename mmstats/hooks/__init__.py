@@ -1,0 +1,2 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+__all__ = []

@@ -1,0 +1,7 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+from .checkpoint import allow_mmengine_checkpoints
+from .launcher import init_cpu_distributed, setup_launcher
+
+__all__ = [
+    'allow_mmengine_checkpoints', 'init_cpu_distributed', 'setup_launcher'
+]

@@ -1,0 +1,88 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Launch mmengine Runners on CPU-only machines (gloo) as well as on GPUs.
+
+mmengine 0.10.7's ``init_dist`` calls ``torch.cuda.set_device`` and its
+default DDP wrapper passes ``device_ids=[LOCAL_RANK]``: both fail without
+CUDA. :func:`setup_launcher` leaves GPU machines to mmengine (NCCL) and, on
+CPU-only ones, initialises a gloo process group from the launcher's
+environment before the Runner is built (the Runner then skips its own
+``init_dist``) and wraps the model with ``device_ids=None``.
+"""
+import os
+import subprocess
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
+
+
+def _env_from_slurm(port: str) -> dict:
+    node_list = os.environ['SLURM_NODELIST']
+    addr = subprocess.getoutput(
+        f'scontrol show hostname {node_list} | head -n1')
+    return dict(
+        RANK=os.environ['SLURM_PROCID'],
+        WORLD_SIZE=os.environ['SLURM_NTASKS'],
+        LOCAL_RANK=os.environ.get('SLURM_LOCALID', '0'),
+        MASTER_ADDR=os.environ.get('MASTER_ADDR', addr),
+        MASTER_PORT=port)
+
+
+def _env_from_mpi(port: str) -> dict:
+    return dict(
+        RANK=os.environ['OMPI_COMM_WORLD_RANK'],
+        WORLD_SIZE=os.environ['OMPI_COMM_WORLD_SIZE'],
+        LOCAL_RANK=os.environ.get('OMPI_COMM_WORLD_LOCAL_RANK', '0'),
+        MASTER_ADDR=os.environ.get('MASTER_ADDR', '127.0.0.1'),
+        MASTER_PORT=port)
+
+
+def init_cpu_distributed(launcher: str, timeout_s: int = 1800) -> None:
+    """Initialise a gloo process group from the launcher's environment.
+
+    Args:
+        launcher (str): ``'pytorch'`` (torchrun's ``RANK``, ``WORLD_SIZE``,
+            ``MASTER_ADDR``, ``MASTER_PORT``), ``'slurm'`` (``SLURM_PROCID``,
+            ``SLURM_NTASKS``, ``SLURM_NODELIST``; port from ``MASTER_PORT``,
+            default 29500) or ``'mpi'`` (Open MPI's ``OMPI_COMM_WORLD_*``).
+        timeout_s (int): Collective timeout in seconds. Defaults to 1800.
+    """
+    if dist.is_initialized():
+        return
+    port = os.environ.get('MASTER_PORT', '29500')
+    if launcher == 'slurm':
+        os.environ.update(_env_from_slurm(port))
+    elif launcher == 'mpi':
+        os.environ.update(_env_from_mpi(port))
+    elif launcher != 'pytorch':
+        raise ValueError(f'launcher must be one of {LAUNCHERS[1:]} to '
+                         f'initialise a process group, got {launcher!r}')
+    dist.init_process_group('gloo', timeout=timedelta(seconds=timeout_s))
+
+
+def setup_launcher(cfg) -> None:
+    """Prepare ``cfg`` (an mmengine Config) for its ``cfg.launcher``.
+
+    With CUDA, or with ``launcher='none'``, nothing changes: mmengine
+    initialises NCCL itself. Without CUDA, a gloo process group is created
+    now, ``env_cfg.dist_cfg.backend`` is set to ``'gloo'`` and, unless the
+    config sets one, ``model_wrapper_cfg`` becomes
+    ``dict(type='MMDistributedDataParallel', device_ids=None)``.
+
+    Args:
+        cfg (Config): The training config, with ``launcher`` set.
+    """
+    launcher = cfg.get('launcher', 'none')
+    if launcher not in LAUNCHERS:
+        raise ValueError(
+            f'launcher must be one of {LAUNCHERS}, got {launcher!r}')
+    if launcher == 'none' or torch.cuda.is_available():
+        return
+    dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
+    dist_cfg['backend'] = 'gloo'
+    init_cpu_distributed(launcher, dist_cfg.get('timeout', 1800))
+    if cfg.get('model_wrapper_cfg') is None:
+        cfg.model_wrapper_cfg = dict(
+            type='MMDistributedDataParallel', device_ids=None)

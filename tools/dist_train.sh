@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Multi-process training with torchrun, on one node or several.
+#   bash tools/dist_train.sh CONFIG NPROC [train.py options]
+# Several nodes: run it on every node with NNODES, NODE_RANK, MASTER_ADDR set
+# (and the same PORT). PYTHON selects the interpreter (default: python).
+# On CPU-only machines train.py uses gloo; with CUDA, NCCL.
+set -e
+CONFIG=$1
+NPROC=$2
+NNODES=${NNODES:-1}
+NODE_RANK=${NODE_RANK:-0}
+PORT=${PORT:-29500}
+MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
+PYTHON=${PYTHON:-python}
+
+PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH \
+"$PYTHON" -m torch.distributed.run \
+    --nnodes="$NNODES" \
+    --node_rank="$NODE_RANK" \
+    --master_addr="$MASTER_ADDR" \
+    --nproc_per_node="$NPROC" \
+    --master_port="$PORT" \
+    "$(dirname "$0")/train.py" \
+    "$CONFIG" \
+    --launcher pytorch "${@:3}"

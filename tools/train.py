@@ -1,0 +1,127 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Train a model with an mmengine config (OpenMMLab style).
+
+One process:   python tools/train.py CONFIG
+N processes:   bash tools/dist_train.sh CONFIG N   (torchrun)
+Slurm:         bash tools/slurm_train.sh PARTITION JOB CONFIG WORK_DIR
+Works on CPU-only machines (gloo) as well as on GPUs (NCCL).
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+from mmengine.config import Config, DictAction
+from mmengine.dist import is_main_process
+from mmengine.runner import Runner
+
+import mmstats  # noqa: F401  (registers modules, allowlists checkpoints)
+from mmstats.utils import setup_launcher
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Train a model')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    parser.add_argument(
+        '--resume',
+        nargs='?',
+        type=str,
+        const='auto',
+        help='resume from the given checkpoint; without a path, from the '
+        'latest checkpoint in the work dir')
+    parser.add_argument(
+        '--amp', action='store_true',
+        help='enable automatic mixed precision training (needs CUDA)')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override settings of the config, key=value (e.g. '
+        'train_cfg.max_epochs=3 model.backbone.norm_cfg.type=GN)')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher')
+    # torch.distributed.launch passes --local-rank (or --local_rank)
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    """Load the config and apply the command line to it."""
+    if not osp.isfile(args.config):
+        raise FileNotFoundError(
+            f'config file {args.config!r} does not exist (try one under '
+            'configs/, e.g. configs/demo/resnet-mini_1xb64_digits.py)')
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+    if args.amp:
+        import torch
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                '--amp needs a CUDA device (mmengine\'s AmpOptimWrapper); '
+                'this machine has none: drop --amp')
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if args.resume == 'auto':
+        cfg.resume = True
+        cfg.load_from = None
+    elif args.resume is not None:
+        if not osp.isfile(args.resume):
+            raise FileNotFoundError(
+                f'--resume {args.resume!r}: no such checkpoint file (use '
+                '--resume without a path for the latest in the work dir)')
+        cfg.resume = True
+        cfg.load_from = args.resume
+    return cfg
+
+
+def report(runner: Runner) -> None:
+    """Print the final val accuracy and where the outputs are (rank 0)."""
+    if not is_main_process():
+        return
+    from mmstats.visualization import plot_training_curves
+    scalars = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
+    plot = plot_training_curves(scalars)
+    acc = {
+        key[len('val/'):]: buffer.current()
+        for key, buffer in runner.message_hub.log_scalars.items()
+        if key.startswith('val/') and not key.endswith('time')
+    }
+    lines = ['', '=' * 60]
+    if acc:
+        lines.append('final validation: ' + ', '.join(
+            f'{k}={v:.2f}' for k, v in acc.items()))
+    lines += [
+        f'logs:        {osp.join(runner.log_dir, runner.timestamp + ".log")}',
+        f'scalars:     {scalars}',
+        f'checkpoints: {osp.abspath(runner.work_dir)}',
+        f'plots:       {plot}',
+        '=' * 60,
+    ]
+    print('\n'.join(lines), flush=True)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    cfg = build_config(args)
+    setup_launcher(cfg)
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    report(runner)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
