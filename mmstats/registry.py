@@ -13,11 +13,7 @@ Configs can name mmstats' modules in three ways, all building the same class:
   also registered in the root under the same name (never replacing a module
   that another package put there first).
 """
-from mmengine.registry import DATASETS as MMENGINE_DATASETS
-from mmengine.registry import HOOKS as MMENGINE_HOOKS
-from mmengine.registry import METRICS as MMENGINE_METRICS
-from mmengine.registry import MODELS as MMENGINE_MODELS
-from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
+import mmengine.registry as mmengine_registry
 from mmengine.registry import Registry
 
 
@@ -37,18 +33,35 @@ class MMStatsRegistry(Registry):
                 root._register_module(module, name)
 
 
-HOOKS = MMStatsRegistry(
-    'hook', parent=MMENGINE_HOOKS, scope='mmstats',
-    locations=['mmstats.hooks'])
-MODELS = MMStatsRegistry(
-    'model', parent=MMENGINE_MODELS, scope='mmstats',
-    locations=['mmstats.models'])
-DATASETS = MMStatsRegistry(
-    'dataset', parent=MMENGINE_DATASETS, scope='mmstats',
-    locations=['mmstats.datasets'])
-TRANSFORMS = MMStatsRegistry(
-    'transform', parent=MMENGINE_TRANSFORMS, scope='mmstats',
-    locations=['mmstats.datasets'])
-METRICS = MMStatsRegistry(
-    'metric', parent=MMENGINE_METRICS, scope='mmstats',
-    locations=['mmstats.evaluation'])
+def _child(name: str, locations: tuple = ()) -> MMStatsRegistry:
+    parent = getattr(mmengine_registry, name)
+    return MMStatsRegistry(
+        parent.name, parent=parent, scope='mmstats',
+        locations=list(locations))
+
+
+HOOKS = _child('HOOKS', ['mmstats.hooks'])
+MODELS = _child('MODELS', ['mmstats.models'])
+DATASETS = _child('DATASETS', ['mmstats.datasets'])
+TRANSFORMS = _child('TRANSFORMS', ['mmstats.datasets'])
+METRICS = _child('METRICS', ['mmstats.evaluation'])
+# Children with no modules of ours: a Runner under default_scope='mmstats'
+# looks up every registry in this scope and warns where a child is missing.
+RUNNERS = _child('RUNNERS')
+RUNNER_CONSTRUCTORS = _child('RUNNER_CONSTRUCTORS')
+LOOPS = _child('LOOPS')
+DATA_SAMPLERS = _child('DATA_SAMPLERS')
+MODEL_WRAPPERS = _child('MODEL_WRAPPERS')
+WEIGHT_INITIALIZERS = _child('WEIGHT_INITIALIZERS')
+OPTIMIZERS = _child('OPTIMIZERS')
+OPTIM_WRAPPERS = _child('OPTIM_WRAPPERS')
+OPTIM_WRAPPER_CONSTRUCTORS = _child('OPTIM_WRAPPER_CONSTRUCTORS')
+PARAM_SCHEDULERS = _child('PARAM_SCHEDULERS')
+EVALUATOR = _child('EVALUATOR')
+TASK_UTILS = _child('TASK_UTILS')
+VISUALIZERS = _child('VISUALIZERS')
+VISBACKENDS = _child('VISBACKENDS')
+LOG_PROCESSORS = _child('LOG_PROCESSORS')
+INFERENCERS = _child('INFERENCERS')
+FUNCTIONS = _child('FUNCTIONS')
+STRATEGIES = _child('STRATEGIES')

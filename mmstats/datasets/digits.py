@@ -74,6 +74,6 @@ class DigitsDataset(BaseDataset):
         keep = split_indices(len(images), self.split, self.val_fraction,
                              self.split_seed)
         return [
-            dict(img=images[i], gt_label=int(digits.target[i]), sample_idx=i)
+            dict(img=images[i], gt_label=int(digits.target[i]), img_id=int(i))
             for i in keep
         ]

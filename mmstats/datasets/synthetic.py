@@ -70,5 +70,5 @@ class SyntheticDigitsDataset(BaseDataset):
             dict(
                 img=images[i].astype(np.float32),
                 gt_label=int(labels[i]),
-                sample_idx=int(i)) for i in keep
+                img_id=int(i)) for i in keep
         ]

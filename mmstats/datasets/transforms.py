@@ -69,8 +69,9 @@ class Normalize(BaseTransform):
 class PackInputs(BaseTransform):
     """Pack a sample as ``dict(inputs=Tensor[C, H, W], data_samples=dict)``.
 
-    ``data_samples`` holds ``gt_label`` and ``sample_idx`` as 0-d tensors, so
-    ``default_collate`` stacks them into a dict of 1-d tensors.
+    ``data_samples`` holds ``gt_label`` and ``img_id`` (the image's index in
+    the whole data set, -1 if unknown) as 0-d tensors, so ``default_collate``
+    stacks them into a dict of 1-d tensors.
     """
 
     def transform(self, results: dict) -> dict:
@@ -79,6 +80,5 @@ class PackInputs(BaseTransform):
             img = img[None]
         data_samples = dict(
             gt_label=torch.tensor(results['gt_label'], dtype=torch.long),
-            sample_idx=torch.tensor(
-                results.get('sample_idx', -1), dtype=torch.long))
+            img_id=torch.tensor(results.get('img_id', -1), dtype=torch.long))
         return dict(inputs=torch.from_numpy(img), data_samples=data_samples)

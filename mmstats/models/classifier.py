@@ -49,7 +49,7 @@ class ImageClassifier(BaseModel):
 
         Args:
             inputs (Tensor): Images, shape (N, C, H, W).
-            data_samples (dict, optional): ``gt_label`` (and ``sample_idx``)
+            data_samples (dict, optional): ``gt_label`` (and ``img_id``)
                 tensors of shape (N, ). Needed by ``'loss'``.
             mode (str): ``'tensor'`` returns the logits, ``'loss'`` a dict of
                 losses, ``'predict'`` a list of per-sample dicts with

@@ -5,6 +5,7 @@ from typing import Optional, Sequence
 import torch
 from mmcv.cnn import ConvModule
 from mmengine.model import BaseModule
+from mmengine.registry import MODELS as MMENGINE_MODELS
 from torch import nn
 
 from mmstats.registry import MODELS
@@ -73,6 +74,11 @@ class ResNetMini(BaseModule):
         if not isinstance(norm_cfg, dict) or 'type' not in norm_cfg:
             raise ValueError('norm_cfg must be a dict with a "type" key, e.g. '
                              f"dict(type='BN'), got {norm_cfg!r}")
+        if MMENGINE_MODELS.get(norm_cfg['type']) is None:
+            raise ValueError(
+                f"norm_cfg type {norm_cfg['type']!r} is not a registered norm "
+                "layer: use e.g. 'BN', 'SyncBN', 'GN' (with num_groups), 'LN'"
+                " or 'IN'")
         if not stage_channels or blocks_per_stage < 1:
             raise ValueError('stage_channels must be non-empty and '
                              'blocks_per_stage >= 1, got '
