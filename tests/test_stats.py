@@ -1,0 +1,439 @@
+"""Tests of mmstats.stats: exactness, isolation, and the distributed protocol."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from mmstats import stats
+from mmstats.stats import Collector, report, report0
+
+from .dist_utils import run_distributed
+
+TIMEOUT = 90
+
+
+@pytest.fixture(autouse=True)
+def _clean_state():
+    """No collector or pending value leaks from one test into the next."""
+    stats._LIVE.clear()
+    stats._forget(-1)
+    yield
+    stats._LIVE.clear()
+    stats._forget(-1)
+
+
+def _close(a, b, rel=1e-9):
+    if math.isnan(b):
+        return math.isnan(a)
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+def expected(values):
+    """Exact numpy float64 statistics of ``values``."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    fin = x[np.isfinite(x)]
+    if fin.size == 0:
+        return dict(num=0., mean=math.nan, std=math.nan, min=math.nan,
+                    max=math.nan, nonfinite=float(x.size))
+    return dict(num=float(fin.size), mean=float(fin.mean()),
+                std=float(fin.std()), min=float(fin.min()),
+                max=float(fin.max()), nonfinite=float(x.size - fin.size))
+
+
+def assert_stats(got, values, name=''):
+    exp = expected(values)
+    assert set(got) == {'num', 'mean', 'std', 'min', 'max', 'nonfinite'}
+    for key, val in exp.items():
+        assert _close(got[key], val), (name, key, got[key], val)
+
+
+def check(collector, name, values):
+    assert_stats(collector.as_dict()[name], values, name)
+    assert collector.num(name) == expected(values)['num']
+
+
+# --------------------------------------------------------------------------
+# Exactness, single process
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize('dtype', [
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+    torch.int64, torch.uint8, torch.bool
+])
+@pytest.mark.parametrize('shape', [(), (7, ), (3, 4, 5), (70, 70)])
+def test_tensor_dtypes_shapes(dtype, shape):
+    gen = torch.Generator().manual_seed(0)
+    values = []
+    c = Collector()
+    for _ in range(3):
+        t = (torch.randn(shape, generator=gen) * 10).to(dtype)
+        assert report('x', t) is t
+        values.append(t.double().numpy().ravel())
+    c.update()
+    check(c, 'x', np.concatenate(values))
+
+
+def test_python_numbers_sequences_arrays():
+    c = Collector()
+    vals = {
+        'int': [3, -7, 2**40],
+        'float': [0.5, -1e-3, 3e8],
+        'bool': [True, False, True],
+        'list': [[1.0, 2, True], (4.5, 6.25), [[1, 2], [3, 4]]],
+        'np': [np.arange(6.).reshape(2, 3), np.array([1, 2], np.int16),
+               np.float32(2.5), np.int64(9), np.bool_(True)],
+        'tensors': [[torch.tensor(1.), torch.tensor([2., 3.])]],
+    }
+    for name, items in vals.items():
+        for v in items:
+            assert report(name, v) is v
+    c.update()
+    for name, items in vals.items():
+        flat = np.concatenate([
+            np.concatenate([np.asarray(t, np.float64).ravel() for t in v])
+            if name == 'tensors' else np.asarray(v, np.float64).ravel()
+            for v in items
+        ])
+        check(c, name, flat)
+
+
+def test_empty_values_register_name():
+    c = Collector()
+    for v in (torch.empty(0), [], (), np.empty((0, 3)), torch.empty(2, 0)):
+        assert report('empty', v) is v
+    report('other', 1.0)
+    c.update()
+    assert c.names() == ['empty', 'other']
+    assert c.num('empty') == 0 and c.nonfinite('empty') == 0
+    assert math.isnan(c.mean('empty')) and math.isnan(c['empty'])
+
+
+def test_large_mean_small_std_is_exact():
+    rng = np.random.default_rng(1)
+    c = Collector()
+    values = []
+    for i in range(600):  # crosses the compaction thresholds
+        v = rng.normal(1e6, 1.0, size=(4, ))
+        report('t', torch.from_numpy(v))
+        report('f', float(v[0]))
+        values.append(v)
+    big = rng.normal(1e6, 1.0, size=10000)
+    report('t', torch.from_numpy(big))  # reduced at report time
+    c.update()
+    check(c, 't', np.concatenate(values + [big]))
+    check(c, 'f', np.array([v[0] for v in values]))
+    assert abs(c.std('t') - 1) < 0.05
+
+
+def test_memory_is_bounded():
+    c = Collector()
+    for i in range(3000):
+        report('x', torch.tensor(float(i)))
+    assert len(stats._TENSORS.get('x', [])) < stats._MAX_PENDING_TENSORS
+    assert len(stats._ROWS['x']) < stats._MAX_PENDING_ROWS
+    for i in range(stats._MAX_PENDING_NUMBERS + 10):
+        report('f', 0.5 * i)
+    assert len(stats._NUMS['f']) < stats._MAX_PENDING_NUMBERS
+    c.update()
+    check(c, 'x', np.arange(3000.))
+    check(c, 'f', 0.5 * np.arange(stats._MAX_PENDING_NUMBERS + 10.))
+
+
+@pytest.mark.parametrize('numel', [5, 10000])
+def test_inplace_change_after_report(numel):
+    c = Collector()
+    t = torch.arange(numel, dtype=torch.float64)
+    a = np.arange(numel, dtype=np.float32)
+    lst = [1.0, 2.0]
+    report('t', t)
+    report('a', a)
+    report('l', lst)
+    t.mul_(-3)
+    a *= 5
+    lst.append(100.)
+    c.update()
+    check(c, 't', np.arange(numel))
+    check(c, 'a', np.arange(numel))
+    check(c, 'l', [1.0, 2.0])
+
+
+def test_regex_fullmatch():
+    c = Collector(regex='loss.*')
+    for name in ('loss', 'loss_cls', 'acc', 'my_loss'):
+        report(name, 1.0)
+    c.update()
+    assert c.names() == ['loss', 'loss_cls']
+
+
+@pytest.mark.parametrize('keep', [True, False])
+def test_keep_previous(keep):
+    c = Collector(keep_previous=keep)
+    report('a', [1.0, 3.0])
+    report('b', 5.0)
+    c.update()
+    report('b', 7.0)
+    c.update()
+    assert c.names() == ['a', 'b']
+    check(c, 'b', [7.0])
+    if keep:
+        check(c, 'a', [1.0, 3.0])
+    else:
+        assert c.num('a') == 0 and math.isnan(c.mean('a'))
+
+
+def test_two_collectors_different_rates():
+    fast, slow = Collector(), Collector(regex='x|y')
+    rng = np.random.default_rng(2)
+    window = []
+    for step in range(9):
+        v = rng.normal(size=3)
+        report('x', torch.from_numpy(v).float())
+        report('z', float(step))
+        window.append(torch.from_numpy(v).float().double().numpy())
+        fast.update()
+        check(fast, 'x', window[-1])
+        check(fast, 'z', [step])
+        if step % 3 == 2:
+            slow.update()
+            check(slow, 'x', np.concatenate(window))
+            assert slow.names() == ['x']
+            window = []
+
+
+def test_new_collector_sees_only_later_values():
+    old = Collector()
+    report('x', 1.0)
+    new = Collector()
+    report('x', 3.0)
+    new.update()
+    old.update()
+    check(new, 'x', [3.0])
+    check(old, 'x', [1.0, 3.0])
+
+
+def test_nonfinite_counted_separately():
+    c = Collector()
+    report('x', torch.tensor([1., float('nan'), 3., float('inf')]))
+    report('x', float('-inf'))
+    report('x', torch.full((5000, ), float('nan')))
+    report('y', float('nan'))
+    c.update()
+    check(c, 'x', [1., 3.] + [math.nan] * 5003)
+    assert c.nonfinite('x') == 5003 and c.mean('x') == 2.0
+    assert c.num('y') == 0 and c.nonfinite('y') == 1
+    assert math.isnan(c.mean('y'))
+
+
+def test_autograd_no_grad_and_module_forward():
+
+    class Net(nn.Module):
+
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 2)
+
+        def forward(self, x):
+            y = report('act', self.lin(x))
+            return report('out', y.sum())
+
+    c = Collector()
+    net = Net()
+    x = torch.randn(4, 3)
+    out = net(x)
+    out.backward()  # report kept the graph intact
+    assert net.lin.weight.grad is not None
+    w = torch.randn(3, requires_grad=True)
+    assert report('w', w) is w
+    with torch.no_grad():
+        net(x)
+    c.update()
+    act = net.lin(x).detach().numpy().ravel()
+    check(c, 'act', np.concatenate([act, act]))
+    check(c, 'w', w.detach().numpy())
+    check(c, 'out', [out.item(), out.item()])
+
+
+def test_no_collector_is_noop():
+    t = torch.tensor(1.)
+    assert report('x', t) is t
+    assert report('x', 'not checked without a collector') is not None
+    assert not stats._TENSORS and not stats._NUMS
+    c = Collector()
+    c.update()
+    assert c.names() == [] and c.as_dict() == {}
+    del c
+    report('x', 1.0)
+    assert not stats._NUMS  # nothing kept once the last collector died
+
+
+@pytest.mark.parametrize('bad', ['str', None, {'a': 1},
+                                 np.array(['a'], dtype=object),
+                                 torch.zeros(2, dtype=torch.complex64),
+                                 ['a', 'b'], object()])
+def test_type_error_names_statistic(bad):
+    Collector()  # keep a collector alive for the duration of the call
+    c = Collector()
+    with pytest.raises(TypeError, match=r"report\('my_stat'\)"):
+        report('my_stat', bad)
+    del c
+
+
+def test_report0_single_process():
+    c = Collector()
+    v = torch.tensor([1., 2.])
+    assert report0('r0', v) is v
+    c.update()
+    check(c, 'r0', [1., 2.])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_report_never_syncs():
+    c = Collector()
+    small = torch.randn(10, device='cuda')
+    large = torch.randn(100000, device='cuda', dtype=torch.float16)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        for _ in range(300):  # crosses compaction thresholds
+            report('s', small)
+            report('l', large)
+            report('z', small.sum())
+            report0('r0', small[0])
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+    c.update()
+    check(c, 's', np.tile(small.double().cpu().numpy(), 300))
+    check(c, 'l', np.tile(large.double().cpu().numpy(), 300))
+
+
+# --------------------------------------------------------------------------
+# Distributed (real gloo processes)
+# --------------------------------------------------------------------------
+STEPS = 4
+
+
+def _plan(rank, world, step):
+    """What ``rank`` reports at ``step``: [(name, via_report0, values)]."""
+    rng = np.random.default_rng(1000 * rank + step)
+    plan = [('loss', False, rng.normal(1e6, 1., size=3)),
+            (f'only_r{rank}', False, rng.normal(size=rank + 1)),
+            ('r0', True, np.array([100. * rank + step])),
+            ('nan', False, np.array([float(rank), math.nan]))]
+    if rank == world - 1 and step >= 2:  # appears in a later interval only
+        plan.append(('late', False, rng.normal(size=2)))
+    if rank == 1 and step == 1:  # a rank that reports nothing
+        plan = []
+    if rank % 2:  # different orders on different ranks
+        plan = plan[::-1]
+    return plan
+
+
+def _dist_worker(rank, world):
+    c_all = Collector()
+    c_loss = Collector(regex='loss|only_r.*|late', keep_previous=False)
+    out = []
+    for step in range(STEPS):
+        for i, (name, r0, values) in enumerate(_plan(rank, world, step)):
+            fn = report0 if r0 else report
+            value = (torch.from_numpy(values) if i % 2 else values.tolist())
+            fn(name, value)
+        c_all.update()
+        if step % 2:
+            c_loss.update()
+            out.append((c_all.as_dict(), c_loss.as_dict()))
+        else:
+            out.append((c_all.as_dict(), None))
+    return out
+
+
+def _same(a, b):
+    """Bit-identical nested dicts of floats (NaN == NaN)."""
+    assert a.keys() == b.keys()
+    for name in a:
+        for key in a[name]:
+            x, y = a[name][key], b[name][key]
+            assert (math.isnan(x) and math.isnan(y)) or x == y, (name, key)
+
+
+@pytest.mark.parametrize('world', [2, 4])
+def test_distributed_mismatched_names(world):
+    results = run_distributed(_dist_worker, world, timeout=TIMEOUT)
+    for other in results[1:]:  # identical on every rank
+        for (a0, l0), (a1, l1) in zip(results[0], other):
+            _same(a0, a1)
+            if l0 is not None:
+                _same(l0, l1)
+    seen = set()
+    loss_window = {}
+    for step, (got_all, got_loss) in enumerate(results[0]):
+        values = {}
+        for rank in range(world):
+            for name, r0, v in _plan(rank, world, step):
+                vals = values.setdefault(name, [])
+                if not r0 or rank == 0:
+                    vals.append(v)
+                loss_window.setdefault(name, []).append(
+                    v if not r0 or rank == 0 else v[:0])
+        seen |= set(values)
+        assert sorted(got_all) == sorted(seen)
+        for name, vals in values.items():
+            assert_stats(got_all[name], np.concatenate(vals), name)
+        if got_loss is not None:
+            names = sorted(n for n in seen
+                           if n == 'loss' or n.startswith(('only', 'late')))
+            assert sorted(got_loss) == names
+            for name in names:
+                assert_stats(got_loss[name],
+                             np.concatenate(loss_window.get(name, [[]])), name)
+            loss_window = {}
+    assert 'late' in results[0][-1][0] and 'only_r1' in results[0][-1][0]
+
+
+def _count_worker(rank, world, sizes):
+    counts = {}
+    orig = {n: getattr(dist, n) for n in
+            ('all_gather', 'all_reduce', 'all_gather_object', 'broadcast',
+             'all_gather_into_tensor', 'broadcast_object_list')}
+
+    def wrap(n):
+
+        def fn(*args, **kwargs):
+            counts[n] = counts.get(n, 0) + 1
+            return orig[n](*args, **kwargs)
+
+        return fn
+
+    out = {}
+    try:
+        for n in orig:
+            setattr(dist, n, wrap(n))
+        for size in sizes:
+            c = Collector()
+            names = [f'n{i}' for i in range(size)]
+            for step in range(3):
+                counts.clear()
+                # each rank reports a different half of the names
+                for name in names[rank::world][::-1 if rank else 1]:
+                    report(name, float(step))
+                if step == 2:
+                    report(f'new{rank}', 1.0)
+                c.update()
+                out[(size, step)] = sum(counts.values())
+            out[(size, 'num')] = c.num('n0'), c.num('new1'), len(c.names())
+            del c
+    finally:
+        for n, f in orig.items():
+            setattr(dist, n, f)
+    return out
+
+
+def test_distributed_constant_collectives():
+    results = run_distributed(_count_worker, 2, (10, 200), timeout=TIMEOUT)
+    for out in results:
+        for size in (10, 200):
+            assert out[(size, 0)] == 3  # table settles: gather, names, rows
+            assert out[(size, 1)] == 1  # steady state: ONE all_gather
+            assert out[(size, 2)] == 3  # a new name on some rank
+            assert out[(size, 'num')] == (1., 1., size + 2)
