@@ -54,6 +54,7 @@ _LARGE_NUMEL = 4096
 _MAX_PENDING_TENSORS = 256
 _MAX_PENDING_NUMBERS = 65536
 _MAX_PENDING_ROWS = 256
+_CHUNK_NUMEL = 16384
 
 _INF = float('inf')
 _F64 = torch.float64
@@ -84,8 +85,8 @@ def _reduce_values(x: torch.Tensor, seg: Optional[torch.Tensor],
 
     Corrected two-pass algorithm per group (no ``E[x^2] - E[x]^2``);
     non-finite values are counted in column 5 and excluded elsewhere. Uses
-    only sync-free ops (``torch.where`` masks, ``index_add_``,
-    ``scatter_reduce_``).
+    only sync-free ops (``nan_to_num`` instead of boolean masks,
+    ``index_add``, ``scatter_reduce``).
 
     Args:
         x (Tensor): 1-d float64 values.
@@ -97,33 +98,37 @@ def _reduce_values(x: torch.Tensor, seg: Optional[torch.Tensor],
         Tensor: ``(groups, 6)`` rows ``[n, mean, M2, min, max, nonfinite]``.
     """
     dev = x.device
-    finite = torch.isfinite(x)
-    ffin = finite.to(_F64)
-    xz = torch.where(finite, x, 0.)
+    # nan_to_num instead of boolean masks: one cheap pass each, no sync.
+    xz = torch.nan_to_num(x, 0., 0., 0.)  # non-finite -> 0
+    bad = torch.nan_to_num(x * 0., 1., 1., 1.)  # 1 where non-finite
+    low = torch.nan_to_num(x, _INF, _INF, _INF)  # non-finite -> +inf
+    high = torch.nan_to_num(x, -_INF, -_INF, -_INF)  # non-finite -> -inf
     if seg is None:
-        n = ffin.sum().reshape(1)
-        mean = xz.sum().reshape(1) / n.clamp(min=1)
-        d = torch.where(finite, x - mean, 0.)
-        mean_fix = d.sum().reshape(1) / n.clamp(min=1)
-        m2 = (d * d).sum().reshape(1) - mean_fix * mean_fix * n
-        mn = torch.where(finite, x, _INF).amin().reshape(1) if x.numel() \
-            else torch.full((1, ), _INF, dtype=_F64, device=dev)
-        mx = torch.where(finite, x, -_INF).amax().reshape(1) if x.numel() \
-            else torch.full((1, ), -_INF, dtype=_F64, device=dev)
-        nonfinite = x.numel() - n
+        nonfinite = bad.sum().reshape(1)
+        n = x.numel() - nonfinite
+        nc = n.clamp(min=1)
+        mean = xz.sum().reshape(1) / nc
+        d = torch.nan_to_num(x - mean, 0., 0., 0.)
+        mean_fix = d.sum().reshape(1) / nc
+        m2 = torch.dot(d, d).reshape(1) - mean_fix * mean_fix * n
+        if x.numel():
+            mn, mx = low.amin().reshape(1), high.amax().reshape(1)
+        else:
+            mn = torch.full((1, ), _INF, dtype=_F64, device=dev)
+            mx = torch.full((1, ), -_INF, dtype=_F64, device=dev)
     else:
         zeros = torch.zeros(groups, dtype=_F64, device=dev)
-        n = zeros.index_add(0, seg, ffin)
+        nonfinite = zeros.index_add(0, seg, bad)
+        n = zeros.index_add(0, seg, 1. - bad)
         nc = n.clamp(min=1)
         mean = zeros.index_add(0, seg, xz) / nc
-        d = torch.where(finite, x - mean[seg], 0.)
+        d = torch.nan_to_num(x - mean[seg], 0., 0., 0.)
         mean_fix = zeros.index_add(0, seg, d) / nc
         m2 = zeros.index_add(0, seg, d * d) - mean_fix * mean_fix * n
         mn = torch.full((groups, ), _INF, dtype=_F64, device=dev)
-        mn = mn.scatter_reduce(0, seg, torch.where(finite, x, _INF), 'amin')
+        mn = mn.scatter_reduce(0, seg, low, 'amin')
         mx = torch.full((groups, ), -_INF, dtype=_F64, device=dev)
-        mx = mx.scatter_reduce(0, seg, torch.where(finite, x, -_INF), 'amax')
-        nonfinite = zeros.index_add(0, seg, 1. - ffin)
+        mx = mx.scatter_reduce(0, seg, high, 'amax')
     return torch.stack(
         [n, mean + mean_fix, m2.clamp(min=0), mn, mx, nonfinite], dim=1)
 
@@ -164,11 +169,20 @@ def _merge_rows(rows: torch.Tensor, seg: torch.Tensor,
 
 def _compact_tensors(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
     """Reduce pending float64 tensors to one row per device (no sync)."""
-    by_dev: Dict[Any, List[torch.Tensor]] = {}
+    # Chunks of at most _CHUNK_NUMEL elements: temporaries stay small (big
+    # ones are fresh, page-faulting allocations on CPU).
+    chunks: Dict[Any, List[List[torch.Tensor]]] = {}
+    sizes: Dict[Any, int] = {}
     for t in tensors:
-        by_dev.setdefault(t.device, []).append(t.reshape(-1))
+        dev, numel = t.device, t.numel()
+        if dev not in chunks or sizes[dev] + numel > _CHUNK_NUMEL:
+            chunks.setdefault(dev, []).append([])
+            sizes[dev] = 0
+        chunks[dev][-1].append(t.reshape(-1))
+        sizes[dev] += numel
     return [
-        _reduce_values(torch.cat(ts), None, 1)[0] for ts in by_dev.values()
+        _reduce_values(torch.cat(ts), None, 1)[0]
+        for dev_chunks in chunks.values() for ts in dev_chunks
     ]
 
 
