@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-CONFIG ?= configs/demo/resnet-mini_1xb64_digits.py
+CONFIG ?= configs/demo/resnet-mini_1xb64-precise-bn-stats_digits.py
 WORK_DIR ?= work_dirs/demo
 
 .PHONY: install demo test benchmark clean

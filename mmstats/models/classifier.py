@@ -8,6 +8,7 @@ from mmengine.model import BaseModel
 from torch import nn
 
 from mmstats.registry import MODELS
+from mmstats.stats import report
 
 
 @MODELS.register_module()
@@ -23,6 +24,11 @@ class ImageClassifier(BaseModel):
         num_classes (int): Number of classes. Defaults to 10.
         data_preprocessor (dict, optional): Config of the data
             preprocessor. Defaults to ``TensorDataPreprocessor``.
+        report_stats (bool): Report internal statistics from ``forward`` in
+            ``'loss'`` and ``'predict'`` modes with :func:`mmstats.report`
+            (``model/feat_norm``, ``model/logit_margin``,
+            ``model/confidence``, ``model/p_true``): cheap, no GPU sync.
+            Defaults to False.
         init_cfg (dict, optional): mmengine init config. Defaults to None.
     """
 
@@ -30,6 +36,7 @@ class ImageClassifier(BaseModel):
                  backbone: dict,
                  num_classes: int = 10,
                  data_preprocessor: Optional[dict] = None,
+                 report_stats: bool = False,
                  init_cfg: Optional[dict] = None) -> None:
         if not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(
@@ -40,6 +47,7 @@ class ImageClassifier(BaseModel):
             init_cfg=init_cfg)
         self.backbone = MODELS.build(backbone)
         self.head = nn.Linear(self.backbone.out_channels, num_classes)
+        self.report_stats = report_stats
 
     def forward(self,
                 inputs: torch.Tensor,
@@ -56,15 +64,32 @@ class ImageClassifier(BaseModel):
                 ``pred_label``, ``score`` and ``gt_label``. Defaults to
                 ``'tensor'``.
         """
-        logits = self.head(self.backbone(inputs))
+        feats = self.backbone(inputs)
+        logits = self.head(feats)
         if mode == 'tensor':
             return logits
+        if self.report_stats:
+            self._report(feats, logits, data_samples)
         if mode == 'loss':
             return dict(loss=F.cross_entropy(logits, data_samples['gt_label']))
         if mode == 'predict':
             return self.predict(logits, data_samples)
         raise ValueError(
             f"mode must be 'tensor', 'loss' or 'predict', got {mode!r}")
+
+    @staticmethod
+    def _report(feats: torch.Tensor, logits: torch.Tensor,
+                data_samples: Optional[dict]) -> None:
+        """Per-sample statistics of this batch, for StatsCollectorHook."""
+        feats, logits = feats.detach(), logits.detach()
+        probs = logits.softmax(dim=1)
+        top2 = logits.topk(2, dim=1).values
+        report('model/feat_norm', feats.norm(dim=1))
+        report('model/logit_margin', top2[:, 0] - top2[:, 1])
+        report('model/confidence', probs.amax(dim=1))
+        if data_samples is not None and 'gt_label' in data_samples:
+            labels = data_samples['gt_label'][:, None]
+            report('model/p_true', probs.gather(1, labels))
 
     @staticmethod
     def predict(logits: torch.Tensor,
