@@ -168,21 +168,19 @@ def _merge_rows(rows: torch.Tensor, seg: torch.Tensor,
 
 
 def _compact_tensors(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
-    """Reduce pending float64 tensors to one row per device (no sync)."""
-    # Chunks of at most _CHUNK_NUMEL elements: temporaries stay small (big
-    # ones are fresh, page-faulting allocations on CPU).
-    chunks: Dict[Any, List[List[torch.Tensor]]] = {}
-    sizes: Dict[Any, int] = {}
-    for t in tensors:
-        dev, numel = t.device, t.numel()
-        if dev not in chunks or sizes[dev] + numel > _CHUNK_NUMEL:
-            chunks.setdefault(dev, []).append([])
-            sizes[dev] = 0
-        chunks[dev][-1].append(t.reshape(-1))
-        sizes[dev] += numel
+    """Reduce pending float64 tensors to moments rows (no sync)."""
+    try:  # common case: same shape and device, one op
+        flats = [torch.stack(tensors).reshape(-1)]
+    except RuntimeError:
+        by_dev: Dict[Any, List[torch.Tensor]] = {}
+        for t in tensors:
+            by_dev.setdefault(t.device, []).append(t.reshape(-1))
+        flats = [torch.cat(ts) for ts in by_dev.values()]
+    # Chunks of at most _CHUNK_NUMEL elements keep the temporaries small
+    # (large ones are fresh, page-faulting allocations on CPU).
     return [
-        _reduce_values(torch.cat(ts), None, 1)[0]
-        for dev_chunks in chunks.values() for ts in dev_chunks
+        _reduce_values(flat[i:i + _CHUNK_NUMEL], None, 1)[0]
+        for flat in flats for i in range(0, flat.numel(), _CHUNK_NUMEL)
     ]
 
 

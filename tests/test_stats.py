@@ -141,6 +141,19 @@ def test_memory_is_bounded():
     check(c, 'f', 0.5 * np.arange(stats._MAX_PENDING_NUMBERS + 10.))
 
 
+def test_compaction_mixed_shapes_dtypes():
+    c = Collector()
+    values = []
+    for i in range(700):
+        t = torch.arange(i % 4, dtype=torch.float32) * 0.1 + i
+        t = t.half() if i % 3 == 0 else t
+        report('x', t if i % 5 else t.sum())
+        values.append(t.double().numpy().ravel() if i % 5 else
+                      [t.sum().double().item()])
+    c.update()
+    check(c, 'x', np.concatenate(values))
+
+
 @pytest.mark.parametrize('numel', [5, 10000])
 def test_inplace_change_after_report(numel):
     c = Collector()
