@@ -1,0 +1,166 @@
+"""Benchmark of mmstats.stats: report() cost and Collector.update() time.
+
+Prints, measured in this one run (CPU, ``torch.set_num_threads(1)``):
+
+1. microseconds per call (median over repeats of many calls, a Collector
+   alive and ``update()`` between repeats, outside the timed region) of
+   ``report()`` for a 0-d tensor, a Python float and a 1024-element tensor,
+   beside torchmetrics' ``MeanMetric(nan_strategy='disable').update`` and
+   mmengine's ``MessageHub.update_scalar``;
+2. time of ``Collector.update()`` for 200 names over 2 gloo processes,
+   beside 200 torchmetrics ``MeanMetric.compute()`` calls (with their dist
+   sync) over 2 gloo processes;
+3. StatsCollectorHook overhead (section left for the hook's author).
+
+Usage: ``python tools/benchmarks/report.py [--calls N] [--repeats R]``
+"""
+import argparse
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from mmstats.stats import Collector, report
+
+
+def per_call_us(fn, value, calls, repeats, between=None):
+    """Median over ``repeats`` of the mean time per call of ``fn(value)``."""
+    times = []
+    for _ in range(repeats + 1):  # the first repeat is a warm-up
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(value)
+        times.append((time.perf_counter() - start) / calls * 1e6)
+        if between is not None:
+            between()
+    return statistics.median(times[1:])
+
+
+def bench_report(calls, repeats):
+    from mmengine.logging import MessageHub
+    from torchmetrics import MeanMetric
+
+    torch.set_num_threads(1)
+    collector = Collector()
+    zero_d = torch.tensor(1.5)
+    vec = torch.randn(1024)
+    rows = [
+        ('report(0-d tensor)', lambda v: report('loss', v), zero_d),
+        ('report(float)', lambda v: report('lr', v), 1.5),
+        ('report(1024-elem tensor)', lambda v: report('act', v), vec),
+    ]
+    metric = MeanMetric(nan_strategy='disable')
+    rows += [
+        ("torchmetrics MeanMetric(nan_strategy='disable').update(0-d)",
+         metric.update, zero_d),
+        ('torchmetrics MeanMetric.update(float)', metric.update, 1.5),
+    ]
+    hub = MessageHub.get_current_instance()
+    rows += [
+        ('mmengine MessageHub.update_scalar(0-d tensor)',
+         lambda v: hub.update_scalar('train/loss', v), zero_d),
+        ('mmengine MessageHub.update_scalar(float)',
+         lambda v: hub.update_scalar('train/lr', v), 1.5),
+    ]
+
+    def between():
+        collector.update()
+        metric.reset()
+
+    print(f'## per call, us (1 thread, {calls} calls x {repeats} repeats, '
+          'median)')
+    for label, fn, value in rows:
+        us = per_call_us(fn, value, calls, repeats, between)
+        print(f'{label:62s} {us:8.2f}')
+
+
+# --------------------------------------------------------------------------
+# 2 gloo processes: Collector.update() vs torchmetrics compute()
+# --------------------------------------------------------------------------
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def _dist_worker(rank, world, port, num_names, repeats, queue):
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', rank=rank, world_size=world)
+    from torchmetrics import MeanMetric
+    names = [f'stat_{i:03d}' for i in range(num_names)]
+    collector = Collector()
+    ours = []
+    for step in range(repeats + 2):  # the first two settle the name table
+        for name in names:
+            report(name, torch.tensor(float(step + rank)))
+        dist.barrier()
+        start = time.perf_counter()
+        collector.update()
+        ours.append(time.perf_counter() - start)
+    metrics = [MeanMetric(nan_strategy='disable') for _ in names]
+    theirs = []
+    for step in range(repeats + 2):
+        for metric in metrics:
+            metric.update(torch.tensor(float(step + rank)))
+        dist.barrier()
+        start = time.perf_counter()
+        for metric in metrics:
+            metric.compute()
+        theirs.append(time.perf_counter() - start)
+        for metric in metrics:
+            metric.reset()
+    queue.put((rank, statistics.median(ours[2:]) * 1e3,
+               statistics.median(theirs[2:]) * 1e3))
+    dist.destroy_process_group()
+
+
+def bench_update(num_names=200, world=2, repeats=20):
+    ctx = mp.get_context('spawn')
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_dist_worker,
+                    args=(rank, world, port, num_names, repeats, queue))
+        for rank in range(world)
+    ]
+    for proc in procs:
+        proc.start()
+    results = sorted(queue.get(timeout=600) for _ in range(world))
+    for proc in procs:
+        proc.join()
+    ours = max(r[1] for r in results)
+    theirs = max(r[2] for r in results)
+    print(f'## {num_names} names over {world} gloo processes, ms '
+          f'(median of {repeats}, slowest rank)')
+    print(f'{"Collector.update() (1 all_gather)":62s} {ours:8.2f}')
+    print(f'{f"{num_names} x torchmetrics MeanMetric.compute() (dist sync)":62s}'
+          f' {theirs:8.2f}')
+
+
+# --------------------------------------------------------------------------
+# StatsCollectorHook overhead
+# --------------------------------------------------------------------------
+def bench_hook():
+    """StatsCollectorHook overhead: to be measured by the hook's author."""
+    print('## StatsCollectorHook overhead')
+    print('see hook section')
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--calls', type=int, default=5000)
+    parser.add_argument('--repeats', type=int, default=15)
+    args = parser.parse_args()
+    print(f'torch {torch.__version__}, CPU, 1 thread')
+    bench_report(args.calls, args.repeats)
+    bench_update()
+    bench_hook()
+
+
+if __name__ == '__main__':
+    main()
