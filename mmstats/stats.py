@@ -33,6 +33,14 @@ flushes the pending values, vectorised over names, into one row
 ``[n, mean, M2, min, max, nonfinite]`` (float64) per name and merges that
 row into every live collector whose regex matches (Chan et al.'s parallel
 merge), then reduces its own accumulators across ranks.
+
+Limitations: values are converted to float64 (integers beyond 2**53 round;
+sums beyond 1e308 overflow). Pending memory per name is bounded (at most
+256 small tensors, 256 rows and 65536 numbers before compaction). Nested
+sequences of tensors go through numpy (a sync for device tensors). Creating
+a :class:`Collector` while another is alive flushes the pending values (a
+sync). Every rank must create the same collectors, with the same regexes,
+in the same order, and call their ``update()`` in the same order.
 """
 import math
 import numbers
@@ -130,7 +138,8 @@ def _reduce_values(x: torch.Tensor, seg: Optional[torch.Tensor],
         mx = torch.full((groups, ), -_INF, dtype=_F64, device=dev)
         mx = mx.scatter_reduce(0, seg, high, 'amax')
     return torch.stack(
-        [n, mean + mean_fix, m2.clamp(min=0), mn, mx, nonfinite], dim=1)
+        [n, mean + mean_fix,
+         m2.clamp(min=0), mn, mx, nonfinite], dim=1)
 
 
 def _merge_rows(rows: torch.Tensor, seg: torch.Tensor,
@@ -179,8 +188,8 @@ def _compact_tensors(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
     # Chunks of at most _CHUNK_NUMEL elements keep the temporaries small
     # (large ones are fresh, page-faulting allocations on CPU).
     return [
-        _reduce_values(flat[i:i + _CHUNK_NUMEL], None, 1)[0]
-        for flat in flats for i in range(0, flat.numel(), _CHUNK_NUMEL)
+        _reduce_values(flat[i:i + _CHUNK_NUMEL], None, 1)[0] for flat in flats
+        for i in range(0, flat.numel(), _CHUNK_NUMEL)
     ]
 
 
@@ -380,8 +389,9 @@ def _flush() -> None:
     global _NUMS, _TENSORS, _ROWS, _EMPTY
     nums, tensors, rows, empty = _NUMS, _TENSORS, _ROWS, _EMPTY
     _NUMS, _TENSORS, _ROWS, _EMPTY = {}, {}, {}, set()
-    collectors = [c for c in (ref() for ref in list(_LIVE.values()))
-                  if c is not None]
+    collectors = [
+        c for c in (ref() for ref in list(_LIVE.values())) if c is not None
+    ]
     if not collectors:
         return
     names = list(dict.fromkeys([*nums, *tensors, *rows, *empty]))
@@ -415,9 +425,9 @@ def _flush() -> None:
             entry[2].append(t.numel())
     for dev, (ts, idx, counts) in by_dev.items():
         x = torch.cat(ts)
-        s = torch.repeat_interleave(
-            torch.tensor(idx, dtype=torch.long),
-            torch.tensor(counts, dtype=torch.long)).to(dev)
+        s = torch.repeat_interleave(torch.tensor(idx, dtype=torch.long),
+                                    torch.tensor(counts,
+                                                 dtype=torch.long)).to(dev)
         uniq = torch.tensor(sorted(set(idx)), dtype=torch.long)
         part_rows.append(
             _reduce_values(x, s, len(names))[uniq.to(dev)].to('cpu', _F64))
@@ -434,8 +444,8 @@ def _flush() -> None:
         part_segs.append(torch.tensor(flat_idx, dtype=torch.long))
 
     if part_rows:
-        merged = _merge_rows(
-            torch.cat(part_rows), torch.cat(part_segs), len(names))
+        merged = _merge_rows(torch.cat(part_rows), torch.cat(part_segs),
+                             len(names))
     else:
         merged = _empty_rows(len(names))
     for collector in collectors:
@@ -526,8 +536,9 @@ class Collector:
         if len(keep) == len(names):
             self._chunks.append((names, rows))
         else:
-            self._chunks.append(([names[i] for i in keep],
-                                 rows[torch.tensor(keep, dtype=torch.long)]))
+            self._chunks.append(
+                ([names[i]
+                  for i in keep], rows[torch.tensor(keep, dtype=torch.long)]))
 
     def _local_rows(self) -> Dict[str, torch.Tensor]:
         """This rank's merged row per name since the previous update."""
@@ -618,8 +629,8 @@ class Collector:
         previous = self._results
         results: Dict[str, List[float]] = {}
         nan = math.nan
-        for name, (n, mean, m2, mn, mx, nonfinite) in zip(table,
-                                                         rows.tolist()):
+        for name, (n, mean, m2, mn, mx,
+                   nonfinite) in zip(table, rows.tolist()):
             if n + nonfinite == 0:
                 if self._keep_previous and name in previous:
                     results[name] = previous[name]
@@ -628,8 +639,7 @@ class Collector:
             elif n == 0:
                 results[name] = [0., nan, nan, nan, nan, nonfinite]
             else:
-                results[name] = [n, mean, math.sqrt(m2 / n), mn, mx,
-                                 nonfinite]
+                results[name] = [n, mean, math.sqrt(m2 / n), mn, mx, nonfinite]
         self._results = results
 
     # -- accessors ---------------------------------------------------------

@@ -138,8 +138,8 @@ def bench_update(num_names=200, world=2, repeats=20):
     print(f'## {num_names} names over {world} gloo processes, ms '
           f'(median of {repeats}, slowest rank)')
     print(f'{"Collector.update() (1 all_gather)":62s} {ours:8.2f}')
-    print(f'{f"{num_names} x torchmetrics MeanMetric.compute() (dist sync)":62s}'
-          f' {theirs:8.2f}')
+    label = f'{num_names} x torchmetrics MeanMetric.compute() (dist sync)'
+    print(f'{label:62s} {theirs:8.2f}')
 
 
 # --------------------------------------------------------------------------
