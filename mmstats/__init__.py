@@ -7,9 +7,13 @@ registries) and lets ``torch.load(weights_only=True)`` read mmengine
 checkpoints.
 """
 from . import datasets, evaluation, models  # noqa: F401  (registration)
+from .hooks import StatsCollectorHook
+from .stats import Collector, report, report0
 from .utils import allow_mmengine_checkpoints
 from .version import __version__
 
 allow_mmengine_checkpoints()
 
-__all__ = ['__version__']
+__all__ = [
+    '__version__', 'report', 'report0', 'Collector', 'StatsCollectorHook'
+]

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-__all__ = ['report', 'report0', 'Collector']
+__all__ = ['report', 'report0', 'Collector', 'phase']
 
 STAT_NAMES = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
 
@@ -74,6 +74,7 @@ _NUMS: Dict[str, list] = {}  # Python numbers
 _TENSORS: Dict[str, List[torch.Tensor]] = {}  # float64 copies, any shape
 _ROWS: Dict[str, List[torch.Tensor]] = {}  # reduced rows, shape (6, )
 _EMPTY: set = set()  # names registered without values
+_PHASE = ''  # prefix of reported names, e.g. 'val/' during validation
 
 
 # --------------------------------------------------------------------------
@@ -336,6 +337,8 @@ def report(name: str, value: Any) -> Any:
     """
     if not _LIVE:
         return value
+    if _PHASE:
+        name = _PHASE + name
     tp = type(value)
     if tp is float or tp is int:
         nums = _NUMS.get(name)
@@ -376,8 +379,30 @@ def report0(name: str, value: Any) -> Any:
         return value
     if _get_rank() == 0:
         return report(name, value)
-    _EMPTY.add(name)
+    _EMPTY.add(_PHASE + name)
     return value
+
+
+
+def phase(name: Optional[str]) -> Optional[str]:
+    """Prefix every name reported from now on with ``'<name>/'``.
+
+    StatsCollectorHook calls ``phase('val')`` while a validation loop runs,
+    so that ``report('model/feat_norm', x)`` from a module's ``forward`` is
+    recorded as ``val/model/feat_norm`` and kept apart from the training
+    values of the same name.
+
+    Args:
+        name (str, optional): The phase, e.g. ``'val'`` or ``'test'``; None
+            for no prefix (training).
+
+    Returns:
+        str or None: The previous phase, to restore it.
+    """
+    global _PHASE
+    previous = _PHASE[:-1] or None
+    _PHASE = f'{name}/' if name else ''
+    return previous
 
 
 # --------------------------------------------------------------------------

@@ -1,2 +1,4 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-__all__ = []
+from .stats_collector_hook import StatsCollectorHook
+
+__all__ = ['StatsCollectorHook']
