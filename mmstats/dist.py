@@ -1,0 +1,115 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Small distributed helpers that work with and without a process group."""
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+__all__ = ['is_distributed', 'get_world_size', 'get_rank', 'scaled_all_reduce']
+
+
+def is_distributed() -> bool:
+    """Whether ``torch.distributed`` is available and initialised."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_world_size(group: Optional[object] = None) -> int:
+    """Number of processes in ``group``; 1 when not distributed.
+
+    Args:
+        group (ProcessGroup, optional): The process group. None means the
+            default group. Defaults to None.
+
+    Returns:
+        int: The world size of the group.
+    """
+    if not is_distributed():
+        return 1
+    return dist.get_world_size(group)
+
+
+def get_rank(group: Optional[object] = None) -> int:
+    """Rank of this process in ``group``; 0 when not distributed.
+
+    Args:
+        group (ProcessGroup, optional): The process group. None means the
+            default group. Defaults to None.
+
+    Returns:
+        int: The rank of this process in the group.
+    """
+    if not is_distributed():
+        return 0
+    return dist.get_rank(group)
+
+
+def _check_floating(tensors: Sequence[Tensor]) -> None:
+    for i, tensor in enumerate(tensors):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f'scaled_all_reduce: tensors[{i}] is a '
+                            f'{type(tensor).__name__}, not a torch.Tensor')
+        if not (tensor.is_floating_point() or tensor.is_complex()):
+            raise TypeError(
+                f'scaled_all_reduce: tensors[{i}] has dtype {tensor.dtype}; '
+                'averaging would truncate integers/bools: cast it to a '
+                'floating dtype first (e.g. tensor.double())')
+
+
+@torch.no_grad()
+def scaled_all_reduce(tensors: Sequence[Tensor],
+                      group: Optional[object] = None) -> List[Tensor]:
+    """Average tensors in place over the processes of ``group``.
+
+    The tensors are bucketed by (device, dtype); each bucket is flattened
+    into one buffer, summed with a single ``all_reduce``, divided by the
+    world size and copied back into the original tensors, so the result
+    lives in the very tensor objects passed in (views and references held
+    elsewhere stay valid). Buckets are reduced in a deterministic order
+    (sorted by ``str(device)``, ``str(dtype)``), so all ranks issue the same
+    collectives as long as they pass tensors of the same devices and dtypes.
+    Only ``all_reduce(SUM)`` is used: works with gloo (CPU) and NCCL (CUDA).
+
+    Without an initialised process group, or with a world size of 1, the
+    tensors are returned unchanged (no copy, no collective).
+
+    Args:
+        tensors (Sequence[Tensor]): Floating-point (or complex) tensors.
+            Every rank must pass the same number of tensors with the same
+            shapes, dtypes and device types in the same order.
+        group (ProcessGroup, optional): The process group. None means the
+            default group. Defaults to None.
+
+    Returns:
+        list[Tensor]: The same tensor objects, now holding the averages.
+
+    Raises:
+        TypeError: A tensor is not floating point (integer or bool tensors
+            cannot hold an average; cast them to a floating dtype first).
+    """
+    tensors = list(tensors)
+    _check_floating(tensors)
+    world_size = get_world_size(group)
+    if world_size == 1 or not tensors:
+        return tensors
+    buckets: Dict[Tuple[str, str], List[Tensor]] = OrderedDict()
+    for tensor in tensors:
+        key = (str(tensor.device), str(tensor.dtype))
+        buckets.setdefault(key, []).append(tensor)
+    for key in sorted(buckets):
+        bucket = buckets[key]
+        if len(bucket) == 1 and bucket[0].is_contiguous():
+            flat = bucket[0]
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+            flat.div_(world_size)
+            continue
+        flat = torch.cat([t.reshape(-1) for t in bucket])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+        flat.div_(world_size)
+        offset = 0
+        for tensor in bucket:
+            numel = tensor.numel()
+            tensor.copy_(flat[offset:offset + numel].view(tensor.shape))
+            offset += numel
+    return tensors
