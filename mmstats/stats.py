@@ -450,9 +450,10 @@ def _flush() -> None:
             entry[2].append(t.numel())
     for dev, (ts, idx, counts) in by_dev.items():
         x = torch.cat(ts)
-        s = torch.repeat_interleave(torch.tensor(idx, dtype=torch.long),
-                                    torch.tensor(counts,
-                                                 dtype=torch.long)).to(dev)
+        # segment ids from host lists: numpy (torch's CPU repeat_interleave
+        # with tensor repeats costs ~8 ms here)
+        s = torch.from_numpy(np.repeat(np.asarray(idx, dtype=np.int64),
+                                       counts)).to(dev)
         uniq = torch.tensor(sorted(set(idx)), dtype=torch.long)
         part_rows.append(
             _reduce_values(x, s, len(names))[uniq.to(dev)].to('cpu', _F64))
