@@ -1,11 +1,11 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """Small distributed helpers that work with and without a process group."""
-from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch._utils import _flatten_dense_tensors
 
 __all__ = ['is_distributed', 'get_world_size', 'get_rank', 'scaled_all_reduce']
 
@@ -89,27 +89,61 @@ def scaled_all_reduce(tensors: Sequence[Tensor],
             cannot hold an average; cast them to a floating dtype first).
     """
     tensors = list(tensors)
-    _check_floating(tensors)
+    buckets: Dict[tuple, List[Tensor]] = {}
+    try:
+        for tensor in tensors:
+            key = (tensor.device, tensor.dtype)
+            bucket = buckets.get(key)
+            if bucket is None:
+                buckets[key] = bucket = []
+            bucket.append(tensor)
+    except AttributeError:  # not a tensor
+        _check_floating(tensors)
+        raise
+    if any(not (dtype.is_floating_point or dtype.is_complex)
+           for _, dtype in buckets):
+        _check_floating(tensors)  # raises, naming the position
     world_size = get_world_size(group)
     if world_size == 1 or not tensors:
         return tensors
-    buckets: Dict[Tuple[str, str], List[Tensor]] = OrderedDict()
-    for tensor in tensors:
-        key = (str(tensor.device), str(tensor.dtype))
-        buckets.setdefault(key, []).append(tensor)
-    for key in sorted(buckets):
+    for key in sorted(buckets, key=lambda k: (str(k[0]), str(k[1]))):
         bucket = buckets[key]
         if len(bucket) == 1 and bucket[0].is_contiguous():
             flat = bucket[0]
             dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
             flat.div_(world_size)
             continue
-        flat = torch.cat([t.reshape(-1) for t in bucket])
+        flat = _flatten_dense_tensors(bucket)
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
         flat.div_(world_size)
-        offset = 0
-        for tensor in bucket:
-            numel = tensor.numel()
-            tensor.copy_(flat[offset:offset + numel].view(tensor.shape))
-            offset += numel
+        parts = flat.split([t.numel() for t in bucket])
+        try:  # 1-D destinations sharing the tensors' memory
+            dests = [t if t.dim() == 1 else t.view(-1) for t in bucket]
+        except RuntimeError:  # a tensor whose memory cannot be viewed 1-D
+            for tensor, part in zip(bucket, parts):
+                tensor.copy_(part.view(tensor.shape))
+        else:  # one C++ loop instead of a Python loop of copy_ calls
+            torch._foreach_copy_(dests, parts)
+    return tensors
+    buckets: Dict[tuple, List[Tensor]] = OrderedDict()
+    for tensor in tensors:
+        buckets.setdefault((tensor.device, tensor.dtype), []).append(tensor)
+    for key in sorted(buckets, key=lambda k: (str(k[0]), str(k[1]))):
+        bucket = buckets[key]
+        if len(bucket) == 1 and bucket[0].is_contiguous():
+            flat = bucket[0]
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+            flat.div_(world_size)
+            continue
+        flat = _flatten_dense_tensors(bucket)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+        flat.div_(world_size)
+        parts = flat.split([t.numel() for t in bucket])
+        if all(t.is_contiguous() for t in bucket):
+            # one C++ loop instead of a Python loop of copy_ calls
+            torch._foreach_copy_(
+                [t if t.dim() == 1 else t.view(-1) for t in bucket], parts)
+        else:
+            for tensor, part in zip(bucket, parts):
+                tensor.copy_(part.view(tensor.shape))
     return tensors
