@@ -1,0 +1,618 @@
+"""update_bn_stats against float64 references over the union of all data."""
+import copy
+import logging
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import (BatchSampler, DataLoader, IterableDataset,
+                              SequentialSampler, TensorDataset)
+
+from mmstats.precise_bn import (ESTIMATORS, preserve_rng_state,
+                                update_bn_stats)
+from tests.dist_utils import run_distributed
+
+BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+
+# -- references --------------------------------------------------------------
+def bn_inputs(model, batches, call=None):
+    """Inputs of every train-mode BN layer of a copy of ``model`` (float64),
+    one entry per call, from the same forwards update_bn_stats runs."""
+    ref = copy.deepcopy(model)
+    captured, handles = {}, []
+    for name, mod in ref.named_modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.training:
+            captured[name] = []
+            handles.append(mod.register_forward_pre_hook(
+                lambda m, args, name=name: captured[name].append(
+                    args[0].detach().double())))
+    with torch.no_grad():
+        for batch in batches:
+            (call or (lambda m, b: m(b)))(ref, batch)
+    for h in handles:
+        h.remove()
+    return captured
+
+
+def ref_stats(xs, estimator):
+    """(mean, var) per channel, float64 numpy, of a list of BN inputs."""
+    flats = [x.transpose(0, 1).reshape(x.shape[1], -1).numpy() for x in xs]
+    if estimator == 'population':
+        values = np.concatenate(flats, axis=1)
+        return values.mean(1), values.var(1)
+    return (np.mean([f.mean(1) for f in flats], axis=0),
+            np.mean([f.var(1, ddof=1) for f in flats], axis=0))
+
+
+def assert_stats(model, captured, estimator, rtol=1e-5, atol=1e-7):
+    modules = dict(model.named_modules())
+    for name, xs in captured.items():
+        mean, var = ref_stats(xs, estimator)
+        bn = modules[name]
+        np.testing.assert_allclose(bn.running_mean.double().numpy(), mean,
+                                   rtol=rtol, atol=atol, err_msg=name)
+        np.testing.assert_allclose(bn.running_var.double().numpy(), var,
+                                   rtol=rtol, atol=atol, err_msg=name)
+
+
+def snapshot(model):
+    out = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            out[name] = dict(
+                objs={k: mod._buffers[k] for k in mod._buffers},
+                vals={k: v.clone() for k, v in mod._buffers.items()
+                      if v is not None},
+                momentum=mod.momentum, training=mod.training,
+                forward=mod.__dict__.get('forward', 'absent'),
+                pre_hooks=len(mod._forward_pre_hooks),
+                hooks=len(mod._forward_hooks))
+    out['_training'] = [m.training for m in model.modules()]
+    return out
+
+
+def assert_restored(model, snap, values=True):
+    assert [m.training for m in model.modules()] == snap['_training']
+    for name, mod in model.named_modules():
+        if name not in snap:
+            continue
+        s = snap[name]
+        for key, obj in s['objs'].items():
+            assert mod._buffers[key] is obj, (name, key)
+            if values and obj is not None:
+                assert torch.equal(obj, s['vals'][key]), (name, key)
+        assert mod.momentum == s['momentum'], name
+        assert mod.training == s['training']
+        assert mod.__dict__.get('forward', 'absent') is s['forward'], name
+        assert len(mod._forward_pre_hooks) == s['pre_hooks'], name
+        assert len(mod._forward_hooks) == s['hooks'], name
+
+
+# -- models and data -------------------------------------------------------------
+def make_model(kind):
+    torch.manual_seed(0)
+    if kind == 'bn1d_2d':
+        return nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU(),
+                             nn.Linear(5, 4), nn.BatchNorm1d(4))
+    if kind == 'bn1d_3d':
+        return nn.Sequential(nn.Conv1d(3, 4, 3), nn.BatchNorm1d(4),
+                             nn.ReLU(), nn.Conv1d(4, 4, 1), nn.BatchNorm1d(4))
+    if kind == 'bn2d':
+        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4),
+                             nn.ReLU(), nn.Conv2d(4, 5, 1),
+                             nn.BatchNorm2d(5, momentum=None))
+    if kind == 'bn3d':
+        return nn.Sequential(nn.Conv3d(2, 3, 2), nn.BatchNorm3d(3),
+                             nn.ReLU(), nn.Conv3d(3, 3, 1), nn.BatchNorm3d(3))
+    raise KeyError(kind)
+
+
+INPUT_SHAPES = dict(bn1d_2d=(6, ), bn1d_3d=(3, 9), bn2d=(3, 7, 6),
+                    bn3d=(2, 4, 5, 3))
+
+
+def make_batches(shape, sizes, seed=0, shift=0.0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn((n, ) + tuple(shape), generator=gen) * 1.5 + 0.7 +
+            shift for n in sizes]
+
+
+# -- closed form ---------------------------------------------------------------
+@pytest.mark.parametrize('estimator', ESTIMATORS)
+@pytest.mark.parametrize('kind', ['bn1d_2d', 'bn1d_3d', 'bn2d', 'bn3d'])
+def test_closed_form(kind, estimator):
+    model = make_model(kind)
+    batches = make_batches(INPUT_SHAPES[kind], [7, 16, 5, 12])
+    captured = bn_inputs(model, batches)
+    snap = snapshot(model)
+    summary = update_bn_stats(model, batches, num_samples=40,
+                              estimator=estimator, progress=False)
+    assert_stats(model, captured, estimator)
+    assert_restored(model, snap, values=False)
+    for name in captured:  # num_batches_tracked is left as it was
+        nbt = dict(model.named_modules())[name].num_batches_tracked
+        assert torch.equal(nbt, snap[name]['vals']['num_batches_tracked'])
+    assert summary['num_layers'] == 2 and summary['num_samples'] == 40
+    assert summary['num_batches'] == 4 and summary['estimator'] == estimator
+    assert summary['updated'] == list(captured)
+    assert summary['skipped'] == [] and summary['frozen'] == []
+    assert summary['var_change'] > 0 and summary['mean_change'] > 0
+    assert summary['seconds'] > 0
+
+
+def test_estimators_differ_on_uneven_batches():
+    model = make_model('bn2d')
+    batches = make_batches(INPUT_SHAPES['bn2d'], [2, 30])
+    batches[0] = batches[0] * 5 + 3  # small batch, very different stats
+    pop, avg = copy.deepcopy(model), copy.deepcopy(model)
+    update_bn_stats(pop, batches, 32, 'population', progress=False)
+    update_bn_stats(avg, batches, 32, 'batch_average', progress=False)
+    assert not torch.allclose(pop[1].running_var, avg[1].running_var,
+                              rtol=1e-2)
+
+
+def test_split_invariance():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    data = make_batches((3, 6, 6), [96], seed=3)[0]
+    results = []
+    for sizes in ([8] * 12, [32] * 3, [5, 40, 1 + 2, 17, 31]):
+        assert sum(sizes) == 96
+        m = copy.deepcopy(model)
+        update_bn_stats(m, list(data.split(sizes)), 96, progress=False)
+        results.append((m[1].running_mean.clone(), m[1].running_var.clone()))
+    for mean, var in results[1:]:
+        torch.testing.assert_close(mean, results[0][0], rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(var, results[0][1], rtol=1e-6, atol=0)
+
+
+def test_numerics_large_mean_small_std():
+    bn = nn.BatchNorm1d(3)
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(n, 3, 50, generator=gen, dtype=torch.float64) *
+                0.01 + 100 + 0.003 * i).float()
+               for i, n in enumerate([16, 9, 32, 20])]
+    update_bn_stats(bn, batches, 10**6, progress=False, logger='silent')
+    values = torch.cat(batches).double().transpose(0, 1).reshape(3, -1)
+    truth = values.var(1, unbiased=False)
+    rel = (bn.running_var.double() - truth).abs() / truth
+    assert rel.max() < 1e-3, rel
+    torch.testing.assert_close(bn.running_mean.double(), values.mean(1),
+                               rtol=1e-7, atol=0)
+
+
+# -- distributed ----------------------------------------------------------------
+class _DistNet(nn.Module):
+
+    def __init__(self, sync=True):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 4, 1)
+        # SyncBN computes local statistics inside update_bn_stats (no
+        # collective in forwards), so it runs on CPU with several ranks
+        self.sync_bn = nn.SyncBatchNorm(4) if sync else nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 3)
+        self.bn1d = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        x = self.sync_bn(self.conv2(torch.relu(self.bn(self.conv(x)))))
+        return self.bn1d(self.fc(x.mean((2, 3))))
+
+
+DIST_SIZES = [12, 7, 21]  # 40 samples per rank
+
+
+def _rank_batches(rank):
+    return make_batches((3, 6, 6), DIST_SIZES, seed=100 + rank,
+                        shift=0.5 * rank)
+
+
+def _stats(model):
+    # numpy: tensors sent through the result queue would share memory with
+    # a process that is exiting
+    return {k: v.numpy().copy() for k, v in model.state_dict().items()
+            if 'running' in k or 'num_batches' in k}
+
+
+def _worker_update(rank, world_size):
+    out = {}
+    for estimator in ESTIMATORS:
+        # DDP refuses SyncBN on CPU: wrap the plain-BN variant only
+        sync = estimator == 'population'
+        model = _DistNet(sync)
+        wrapped = model if sync else nn.parallel.DistributedDataParallel(
+            model)
+        calls = []
+        real = dist.all_reduce
+
+        def counting(*args, **kwargs):
+            calls.append(1)
+            return real(*args, **kwargs)
+
+        dist.all_reduce = counting
+        try:
+            summary = update_bn_stats(wrapped, _rank_batches(rank),
+                                      num_samples=40 * world_size,
+                                      estimator=estimator, progress=False)
+        finally:
+            dist.all_reduce = real
+        out[estimator] = (_stats(model), summary, len(calls))
+    return out
+
+
+@pytest.mark.parametrize('world_size', [2, 4])
+def test_distributed_equals_union(world_size):
+    results = run_distributed(_worker_update, world_size)
+    union = [b for r in range(world_size) for b in _rank_batches(r)]
+    for estimator in ESTIMATORS:
+        single = _DistNet(estimator == 'population')
+        captured = bn_inputs(single, union)
+        summary = update_bn_stats(single, union, 40 * world_size,
+                                  estimator, progress=False)
+        assert summary['num_batches'] == 3 * world_size
+        assert_stats(single, captured, estimator)
+        expected = _stats(single)
+        for rank, res in enumerate(results):
+            stats, dsummary, num_collectives = res[estimator]
+            assert num_collectives == 1
+            assert dsummary['num_samples'] == 40 * world_size
+            assert dsummary['num_batches'] == 3 * world_size
+            assert dsummary['num_layers'] == 3
+            for key, val in stats.items():
+                np.testing.assert_allclose(val, expected[key], rtol=1e-6,
+                                           atol=1e-7, err_msg=key)
+                # bitwise identical on every rank
+                assert np.array_equal(val, results[0][estimator][0][key])
+
+
+class _Bomb(nn.Module):
+    """Raises on its ``at``-th call."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == self.at:
+            raise RuntimeError(f'bomb went off at call {self.at}')
+        return x
+
+
+def _worker_fail(rank, world_size):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3),
+                          _Bomb(2 if rank == 1 else -1), nn.BatchNorm1d(3))
+    snap = snapshot(model)
+    gen = torch.Generator().manual_seed(rank)
+    batches = [torch.randn(8, 4, generator=gen) for _ in range(4)]
+    try:
+        update_bn_stats(model, batches, 64, progress=False)
+    except Exception as exc:  # noqa: BLE001
+        assert_restored(model, snap)
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def test_failure_on_one_rank_raises_everywhere():
+    results = run_distributed(_worker_fail, 2, timeout=60)
+    assert results[0][0] == 'RuntimeError'
+    assert 'another rank' in results[0][1]
+    assert results[1] == ('RuntimeError', 'bomb went off at call 2')
+
+
+# -- safety -------------------------------------------------------------------
+def test_failure_restores_everything():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3, momentum=None),
+                          _Bomb(3), nn.BatchNorm1d(3), nn.GroupNorm(1, 3))
+    model[1].running_mean.fill_(0.25)
+    calls = []
+
+    def custom_forward(x):  # a pre-existing instance-level forward
+        calls.append(1)
+        return nn.BatchNorm1d.forward(model[3], x)
+
+    model[3].forward = custom_forward
+    snap = snapshot(model)
+    batches = [torch.randn(8, 4) for _ in range(5)]
+    with pytest.raises(RuntimeError, match='bomb went off at call 3'):
+        update_bn_stats(model, batches, 40, progress=False)
+    assert_restored(model, snap)
+    assert model[3].forward is custom_forward and len(calls) == 2
+    assert model[1].momentum is None
+    # still usable afterwards and the custom forward is used
+    model[2].at = -1
+    update_bn_stats(model, batches, 40, progress=False)
+    assert len(calls) == 2 + 5 and model[3].forward is custom_forward
+    assert not torch.equal(model[1].running_mean, snap['1']['vals'][
+        'running_mean'])
+    assert model[1]._buffers['running_mean'] is snap['1']['objs'][
+        'running_mean']
+
+
+class _Spy(nn.Module):
+    """Records what the BN layers look like in the middle of a forward."""
+
+    def __init__(self, bn):
+        super().__init__()
+        self.bn, self.seen = [bn], []
+
+    def forward(self, x):
+        bn = self.bn[0]
+        self.seen.append((len(bn._forward_pre_hooks), len(bn._forward_hooks),
+                          'forward' in bn.__dict__, bn.momentum,
+                          len(nn.modules.module._global_forward_pre_hooks),
+                          len(nn.modules.module._global_forward_hooks)))
+        return x
+
+
+def test_no_hooks_and_forward_attribute_removed():
+    torch.manual_seed(0)
+    bn = nn.BatchNorm1d(3)
+    spy = _Spy(bn)
+    model = nn.Sequential(nn.Linear(4, 3), bn, spy)
+    update_bn_stats(model, [torch.randn(8, 4) for _ in range(3)], 24,
+                    progress=False)
+    # during the forwards: no hook anywhere, an instance forward, momentum 1
+    assert spy.seen == [(0, 0, True, 1.0, 0, 0)] * 3
+    assert 'forward' not in bn.__dict__ and bn.momentum == 0.1
+    assert not bn._forward_pre_hooks and not bn._forward_hooks
+    assert type(bn._buffers['num_batches_tracked']) is torch.Tensor
+
+
+class _MyBN(nn.BatchNorm2d):
+    """A subclass with its own forward (keeps num_batches_tracked)."""
+
+    def forward(self, x):
+        return super().forward(x) * 1.0
+
+
+class _Partial(nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.frozen = nn.BatchNorm2d(4)
+        self.mine = _MyBN(4)
+        self.unused = nn.BatchNorm2d(4)
+        self.gn = nn.GroupNorm(2, 4)
+        self.ln = nn.LayerNorm(4)
+        self.inorm = nn.InstanceNorm2d(4, track_running_stats=True)
+        self.nostats = nn.BatchNorm2d(4, track_running_stats=False)
+
+    def forward(self, x):
+        x = self.mine(self.frozen(self.conv(x)))
+        x = self.inorm(self.nostats(self.gn(x)))
+        return self.ln(x.mean((2, 3)))
+
+
+def test_frozen_skipped_and_other_norms():
+    model = _Partial()
+    model.frozen.eval()
+    for bn in (model.frozen, model.unused, model.mine):
+        bn.running_mean.uniform_()
+        bn.num_batches_tracked.fill_(7)
+    snap = snapshot(model)
+    batches = make_batches((3, 6, 6), [10, 6])
+    captured = bn_inputs(model, batches)
+    assert captured['unused'] == [] and len(captured['mine']) == 2
+    summary = update_bn_stats(model, batches, 16, progress=False)
+    assert summary['frozen'] == ['frozen']
+    assert summary['skipped'] == ['unused']
+    assert summary['updated'] == ['mine'] and summary['num_layers'] == 1
+    assert summary['unaffected_norms'] == ['gn', 'ln', 'inorm', 'nostats']
+    assert_stats(model, {'mine': captured['mine']}, 'population')
+    for name in ('frozen', 'unused'):
+        s = snap[name]
+        for key, val in s['vals'].items():
+            assert torch.equal(getattr(model, name)._buffers[key], val)
+    # unaffected norms tracking running stats are not moved by our forwards
+    assert torch.equal(model.inorm.running_mean, torch.zeros(4))
+    assert torch.equal(model.inorm.running_var, torch.ones(4))
+    assert model.mine.num_batches_tracked.item() == 7
+    assert model.frozen.training is False and model.mine.training is True
+
+
+# -- data -----------------------------------------------------------------------
+def test_batch_sampler_loader_without_batch_size():
+    model = make_model('bn1d_2d')
+    data = make_batches((6, ), [45], seed=5)[0]
+    loader = DataLoader(TensorDataset(data),
+                        batch_sampler=BatchSampler(SequentialSampler(data),
+                                                   10, drop_last=False))
+    assert loader.batch_size is None
+    captured = bn_inputs(model, [b[0] for b in loader])
+    summary = update_bn_stats(model, loader, 45, progress=False)
+    assert summary['num_samples'] == 45 and summary['num_batches'] == 5
+    assert_stats(model, captured, 'population')
+
+
+def test_short_loader_warns_and_uses_everything(caplog):
+    model = make_model('bn2d')
+    batches = make_batches(INPUT_SHAPES['bn2d'], [6, 9])
+    captured = bn_inputs(model, batches)
+    logger = logging.getLogger('mmstats.test_precise_bn')
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        summary = update_bn_stats(model, batches, 1000, progress=False,
+                                  logger=logger)
+    assert 'ran out after 15 samples' in caplog.text
+    assert summary['num_samples'] == 15
+    assert_stats(model, captured, 'population')
+
+
+def test_empty_loader_raises_and_keeps_stats():
+    model = make_model('bn2d')
+    snap = snapshot(model)
+    with pytest.raises(ValueError, match='no batch'):
+        update_bn_stats(model, [], 100, progress=False, logger='silent')
+    assert_restored(model, snap)
+
+
+@pytest.mark.parametrize('bad', [0, -5, 2.5, True, '8'])
+def test_bad_num_samples(bad):
+    with pytest.raises(ValueError, match='num_samples'):
+        update_bn_stats(make_model('bn2d'), [], bad, progress=False)
+
+
+def test_bad_estimator():
+    with pytest.raises(ValueError, match="estimator.*'population'"):
+        update_bn_stats(make_model('bn2d'), [], 8, estimator='ema')
+
+
+class _Endless(IterableDataset):
+
+    def __init__(self):
+        self.pulled = 0
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(0)
+        while True:
+            self.pulled += 1
+            yield torch.randn(6, generator=gen)
+
+
+def test_infinite_iterables_stop_at_num_samples():
+    pulled = []
+
+    def endless():
+        gen = torch.Generator().manual_seed(0)
+        while True:
+            pulled.append(1)
+            yield torch.randn(10, 6, generator=gen)
+
+    model = make_model('bn1d_2d')
+    summary = update_bn_stats(model, endless(), 35, progress=False)
+    assert summary['num_samples'] == 40 and len(pulled) == 4
+    dataset = _Endless()
+    summary = update_bn_stats(model, DataLoader(dataset, batch_size=8), 20,
+                              progress=False)
+    assert summary['num_samples'] == 24 and summary['num_batches'] == 3
+    assert dataset.pulled == 24
+
+
+def test_shared_bn_called_twice():
+    torch.manual_seed(0)
+
+    class Shared(nn.Module):
+
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(3)
+
+        def forward(self, x):
+            return self.bn(x)[:5] + self.bn(x[:5] * 3 + 2)
+
+    for estimator in ESTIMATORS:
+        model = Shared()
+        batches = make_batches((3, ), [8, 12, 6], seed=9)
+        captured = bn_inputs(model, batches)
+        assert len(captured['bn']) == 6  # every call is its own "batch"
+        summary = update_bn_stats(model, batches, 26, estimator,
+                                  progress=False)
+        assert summary['num_samples'] == 26
+        assert_stats(model, captured, estimator)
+
+
+def test_base_model_with_data_preprocessor():
+    from mmengine.model import BaseModel, ImgDataPreprocessor
+
+    flags = []
+
+    class Pre(ImgDataPreprocessor):
+
+        def forward(self, data, training=False):
+            flags.append(training)
+            return super().forward(data, training)
+
+    class Net(BaseModel):
+
+        def __init__(self):
+            super().__init__(data_preprocessor=Pre(
+                mean=[1., 2., 3.], std=[2., 3., 4.]))
+            self.conv = nn.Conv2d(3, 4, 3)
+            self.bn = nn.BatchNorm2d(4)
+
+        def forward(self, inputs, data_samples=None, mode='tensor'):
+            assert mode == 'tensor'
+            return self.bn(self.conv(inputs))
+
+    torch.manual_seed(0)
+    model = Net()
+    gen = torch.Generator().manual_seed(2)
+    loader = [dict(inputs=[torch.rand(3, 7, 7, generator=gen) * 255
+                           for _ in range(n)], data_samples=None)
+              for n in (5, 9, 4)]
+    pre = [model.data_preprocessor(b, False)['inputs'] for b in loader]
+    captured = bn_inputs(model, pre, call=lambda m, x: m(x))
+    flags.clear()
+    summary = update_bn_stats(model, loader, 18, progress=False)
+    assert flags == [False] * 3
+    assert summary['num_samples'] == 18 and summary['num_batches'] == 3
+    assert_stats(model, captured, 'population')
+
+
+def test_global_rng_state_unchanged():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.Dropout(0.5),
+                          nn.BatchNorm1d(5))
+    batches = make_batches((6, ), [8, 8])
+
+    def draws():
+        return (torch.rand(3).tolist(), np.random.rand(3).tolist(),
+                random.random())
+
+    torch.manual_seed(5)
+    np.random.seed(5)
+    random.seed(5)
+    expected = draws()
+    torch.manual_seed(5)
+    np.random.seed(5)
+    random.seed(5)
+    loader = DataLoader(TensorDataset(torch.cat(batches)), batch_size=8,
+                        shuffle=True)
+    update_bn_stats(model, loader, 16, progress=False)
+    assert draws() == expected
+    # the context manager on its own, also on an exception
+    with pytest.raises(KeyError):
+        with preserve_rng_state():
+            torch.rand(10)
+            np.random.rand(4)
+            random.random()
+            raise KeyError
+    assert draws() != expected
+
+
+def test_forward_context_and_no_layers():
+    entered = []
+
+    class Ctx:
+
+        def __enter__(self):
+            entered.append(1)
+
+        def __exit__(self, *exc):
+            return False
+
+    model = make_model('bn1d_2d')
+    update_bn_stats(model, make_batches((6, ), [4, 4, 4]), 12,
+                    forward_context=Ctx, progress=False)
+    assert len(entered) == 3
+    summary = update_bn_stats(nn.Linear(2, 2), [torch.randn(3, 2)], 3,
+                              progress=False)
+    assert summary['num_layers'] == 0 and summary['num_samples'] == 0
+
+
+def test_progress_bar_rank0(capsys):
+    model = make_model('bn1d_2d')
+    update_bn_stats(model, make_batches((6, ), [4, 4]), 8, progress=True)
+    assert '8/8' in capsys.readouterr().out
+    assert math.isfinite(model[1].running_var.sum().item())

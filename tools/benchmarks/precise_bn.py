@@ -1,0 +1,216 @@
+"""Benchmark of mmstats.precise_bn and mmstats.dist.scaled_all_reduce.
+
+Prints, measured side by side in this one run (CPU,
+``torch.set_num_threads(2)``):
+
+1. the overhead ratio ``time(update_bn_stats over K batches) / time(the
+   same K forwards alone)`` (same model, ``no_grad``, train mode) for
+   mmstats, fvcore's ``update_bn_stats`` and mmpretrain's ``update_bn_stats``
+   (if installed), on (a) a 24 x [Linear(256, 256), BatchNorm1d, ReLU] MLP,
+   batch 64 and (b) a small conv net (4 x [Conv2d, BatchNorm2d, ReLU] on
+   3x32x32), batch 32. Every repeat times the forwards alone right before
+   each method (interleaved), the ratio is the median over repeats;
+2. the time of ``scaled_all_reduce`` on ResNet-50's 106 BN buffers (53 BN
+   layers x running_mean, running_var) over 2 gloo processes, against one
+   ``all_reduce`` of a flat buffer of the same size and a per-tensor
+   ``all_reduce`` loop.
+
+Usage: ``python tools/benchmarks/precise_bn.py [--batches K] [--repeats R]``
+"""
+import argparse
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from mmstats.dist import scaled_all_reduce
+from mmstats.precise_bn import update_bn_stats
+
+
+def mlp() -> nn.Module:
+    layers = []
+    for _ in range(24):
+        layers += [nn.Linear(256, 256), nn.BatchNorm1d(256), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def convnet() -> nn.Module:
+    layers, cin = [], 3
+    for cout, stride in ((16, 1), (32, 2), (32, 1), (64, 2)):
+        layers += [nn.Conv2d(cin, cout, 3, stride, padding=1),
+                   nn.BatchNorm2d(cout), nn.ReLU()]
+        cin = cout
+    return nn.Sequential(*layers)
+
+
+def methods(batch_size: int, num_batches: int):
+    """name -> callable(model, data), or name -> reason it is missing."""
+    out = {
+        'mmstats': lambda m, d: update_bn_stats(
+            m, d, num_samples=batch_size * num_batches, progress=False),
+    }
+    try:
+        from fvcore.nn.precise_bn import update_bn_stats as fv_update
+        out['fvcore'] = lambda m, d: fv_update(m, d, num_iters=num_batches)
+    except ImportError:
+        out['fvcore'] = 'not installed'
+    try:
+        from mmpretrain.engine.hooks.precise_bn_hook import \
+            update_bn_stats as mmpretrain_update
+
+        class _Loader(list):
+            batch_size = batch_size
+
+        out['mmpretrain'] = lambda m, d: mmpretrain_update(
+            m, _Loader(d), num_samples=batch_size * num_batches)
+    except ImportError:
+        out['mmpretrain'] = 'not installed'
+    return out
+
+
+def bench_overhead(name, model, data, repeats):
+    model.train()
+    batch_size = data[0].shape[0]
+    todo = methods(batch_size, len(data))
+
+    @torch.no_grad()
+    def forwards():
+        for x in data:
+            model(x)
+
+    def timed(fn):
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    runnable = {k: v for k, v in todo.items() if callable(v)}
+    for fn in runnable.values():  # warm-up
+        fn(model, data)
+    forwards()
+    ratios = {k: [] for k in runnable}
+    fwd_times = []
+    for _ in range(repeats):
+        for key, fn in runnable.items():
+            base = timed(forwards)
+            took = timed(lambda: fn(model, data))
+            base2 = timed(forwards)
+            fwd_times += [base, base2]
+            ratios[key].append(took / (0.5 * (base + base2)))
+    print(f'\n[{name}] {len(data)} batches of {batch_size}; forwards alone: '
+          f'{statistics.median(fwd_times) * 1e3:.1f} ms (median)')
+    print(f'  {"method":<12} {"ratio (median)":>15} {"min":>7} {"max":>7}')
+    for key, val in todo.items():
+        if callable(val):
+            r = ratios[key]
+            print(f'  {key:<12} {statistics.median(r):>15.3f} '
+                  f'{min(r):>7.3f} {max(r):>7.3f}')
+        else:
+            print(f'  {key:<12} {val:>15}')
+
+
+# -- scaled_all_reduce over 2 gloo processes -------------------------------
+def resnet50_bn_channels():
+    chans = [64]  # stem
+    for planes, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for b in range(blocks):
+            chans += [planes, planes, planes * 4]
+            if b == 0:
+                chans.append(planes * 4)  # downsample BN
+    assert len(chans) == 53, len(chans)
+    return chans
+
+
+def _dist_worker(rank, world_size, port, repeats, queue):
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+    try:
+        tensors = [torch.randn(c) for c in resnet50_bn_channels()
+                   for _ in range(2)]
+        flat = torch.cat(tensors)
+
+        def ours():
+            scaled_all_reduce(tensors)
+
+        def one_flat():
+            dist.all_reduce(flat)
+            flat.div_(world_size)
+
+        def loop():
+            for t in tensors:
+                dist.all_reduce(t)
+            for t in tensors:
+                t.div_(world_size)
+
+        fns = dict(scaled_all_reduce=ours, flat=one_flat, per_tensor=loop)
+        times = {k: [] for k in fns}
+        for rep in range(repeats + 3):
+            for key, fn in fns.items():
+                dist.barrier()
+                start = time.perf_counter()
+                fn()
+                took = time.perf_counter() - start
+                if rep >= 3:
+                    times[key].append(took)
+        queue.put((rank, {k: statistics.median(v) for k, v in times.items()},
+                   len(tensors), flat.numel()))
+    finally:
+        dist.destroy_process_group()
+
+
+def bench_all_reduce(repeats):
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context('spawn')
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_dist_worker, args=(r, 2, port, repeats, queue))
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=300)[:2] for _ in range(2))
+    for p in procs:
+        p.join()
+    rank0 = results[0]
+    _, _, ntensors, numel = 0, 0, 106, sum(resnet50_bn_channels()) * 2
+    print(f'\n[all_reduce] ResNet-50 BN buffers: {ntensors} tensors, {numel} '
+          'float32 values, 2 gloo processes (rank 0, median of '
+          f'{repeats})')
+    print(f'  {"method":<20} {"us":>9} {"x flat":>8}')
+    for key, val in rank0.items():
+        print(f'  {key:<20} {val * 1e6:>9.1f} {val / rank0["flat"]:>8.2f}')
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--batches', type=int, default=50)
+    parser.add_argument('--repeats', type=int, default=15)
+    parser.add_argument('--only', choices=['overhead', 'all_reduce'])
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    print(f'torch {torch.__version__}, threads: {torch.get_num_threads()}')
+    torch.manual_seed(0)
+    if args.only != 'all_reduce':
+        bench_overheads(args)
+    if args.only != 'overhead':
+        bench_all_reduce(max(args.repeats, 50) * 4)
+
+
+def bench_overheads(args):
+    bench_overhead('24 x [Linear(256), BN1d, ReLU] MLP', mlp(),
+                   [torch.randn(64, 256) for _ in range(args.batches)],
+                   args.repeats)
+    bench_overhead('4 x [Conv2d, BN2d, ReLU] on 3x32x32', convnet(),
+                   [torch.randn(32, 3, 32, 32) for _ in range(args.batches)],
+                   args.repeats)
+
+
+if __name__ == '__main__':
+    main()
