@@ -368,6 +368,14 @@ def update_bn_stats(
     A BN layer called several times in one forward (shared layer) has each
     call accumulated as a batch of its own (exact for both estimators).
 
+    Limitations: all ranks must hold the same BN layers (same order, modes,
+    dtypes and devices), which is not checked (it would cost a collective);
+    with SyncBatchNorm, ``'batch_average'`` averages per-rank batch
+    statistics instead of the global-batch statistics SyncBN trains with
+    (``'population'`` is unaffected: it is split-invariant). The last batch
+    of each rank is used whole, so up to one batch per rank more than
+    ``num_samples`` may be used (``num_samples`` in the summary is exact).
+
     Args:
         model (nn.Module): The model (may be wrapped in DDP/MMDDP).
         data_loader (Iterable): Yields batches; ``iter()`` is called once.

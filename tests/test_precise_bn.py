@@ -19,7 +19,7 @@ from tests.dist_utils import run_distributed
 BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
-# -- references --------------------------------------------------------------
+# -- references -----
 def bn_inputs(model, batches, call=None):
     """Inputs of every train-mode BN layer of a copy of ``model`` (float64),
     one entry per call, from the same forwards update_bn_stats runs."""
@@ -93,7 +93,7 @@ def assert_restored(model, snap, values=True):
         assert len(mod._forward_hooks) == s['hooks'], name
 
 
-# -- models and data -------------------------------------------------------------
+# -- models and data -----
 def make_model(kind):
     torch.manual_seed(0)
     if kind == 'bn1d_2d':
@@ -122,7 +122,7 @@ def make_batches(shape, sizes, seed=0, shift=0.0):
             shift for n in sizes]
 
 
-# -- closed form ---------------------------------------------------------------
+# -- closed form -----
 @pytest.mark.parametrize('estimator', ESTIMATORS)
 @pytest.mark.parametrize('kind', ['bn1d_2d', 'bn1d_3d', 'bn2d', 'bn3d'])
 def test_closed_form(kind, estimator):
@@ -186,7 +186,7 @@ def test_numerics_large_mean_small_std():
                                rtol=1e-7, atol=0)
 
 
-# -- distributed ----------------------------------------------------------------
+# -- distributed -----
 class _DistNet(nn.Module):
 
     def __init__(self, sync=True):
@@ -308,7 +308,7 @@ def test_failure_on_one_rank_raises_everywhere():
     assert results[1] == ('RuntimeError', 'bomb went off at call 2')
 
 
-# -- safety -------------------------------------------------------------------
+# -- safety -----
 def test_failure_restores_everything():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3, momentum=None),
@@ -422,7 +422,7 @@ def test_frozen_skipped_and_other_norms():
     assert model.frozen.training is False and model.mine.training is True
 
 
-# -- data -----------------------------------------------------------------------
+# -- data -----
 def test_batch_sampler_loader_without_batch_size():
     model = make_model('bn1d_2d')
     data = make_batches((6, ), [45], seed=5)[0]

@@ -12,8 +12,9 @@ Prints, measured side by side in this one run (CPU,
    each method (interleaved), the ratio is the median over repeats;
 2. the time of ``scaled_all_reduce`` on ResNet-50's 106 BN buffers (53 BN
    layers x running_mean, running_var) over 2 gloo processes, against one
-   ``all_reduce`` of a flat buffer of the same size and a per-tensor
-   ``all_reduce`` loop.
+   ``all_reduce`` of a ready flat buffer of the same size, the same flat
+   all_reduce with a hand-written ``cat`` + copy-back around it (the least
+   work any flatten scheme does), and a per-tensor ``all_reduce`` loop.
 
 Usage: ``python tools/benchmarks/precise_bn.py [--batches K] [--repeats R]``
 """
@@ -141,13 +142,22 @@ def _dist_worker(rank, world_size, port, repeats, queue):
             dist.all_reduce(flat)
             flat.div_(world_size)
 
+        sizes = [t.numel() for t in tensors]
+
+        def manual():  # the minimum work of any flatten/copy-back scheme
+            buf = torch.cat(tensors)
+            dist.all_reduce(buf)
+            buf.div_(world_size)
+            torch._foreach_copy_(tensors, buf.split(sizes))
+
         def loop():
             for t in tensors:
                 dist.all_reduce(t)
             for t in tensors:
                 t.div_(world_size)
 
-        fns = dict(scaled_all_reduce=ours, flat=one_flat, per_tensor=loop)
+        fns = dict(scaled_all_reduce=ours, flat=one_flat,
+                   manual_cat_copy_back=manual, per_tensor=loop)
         times = {k: [] for k in fns}
         for rep in range(repeats + 3):
             for key, fn in fns.items():
