@@ -7,7 +7,9 @@ registries) and lets ``torch.load(weights_only=True)`` read mmengine
 checkpoints.
 """
 from . import datasets, evaluation, models  # noqa: F401  (registration)
-from .hooks import StatsCollectorHook
+from .dist import scaled_all_reduce
+from .hooks import PreciseBNHook, StatsCollectorHook
+from .precise_bn import update_bn_stats
 from .stats import Collector, report, report0
 from .utils import allow_mmengine_checkpoints
 from .version import __version__
@@ -15,5 +17,6 @@ from .version import __version__
 allow_mmengine_checkpoints()
 
 __all__ = [
-    '__version__', 'report', 'report0', 'Collector', 'StatsCollectorHook'
+    '__version__', 'report', 'report0', 'Collector', 'scaled_all_reduce',
+    'update_bn_stats', 'PreciseBNHook', 'StatsCollectorHook'
 ]

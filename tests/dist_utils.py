@@ -1,7 +1,8 @@
 """Run a function on N real gloo processes and collect what each rank returns.
 
 Worker functions must be defined at module level (they are pickled for
-``spawn``). Each call uses a fresh free port; a hang fails the test after
+``spawn``) and return plain data (numbers, lists, numpy arrays): torch's
+queue shares tensors through the sending process, which exits. Each call uses a fresh free port; a hang fails the test after
 ``timeout`` seconds instead of blocking the suite.
 """
 import os
