@@ -127,25 +127,4 @@ def scaled_all_reduce(tensors: Sequence[Tensor],
         else:  # one C++ loop instead of a Python loop of copy_ calls
             torch._foreach_copy_(dests, parts)
     return tensors
-    buckets: Dict[tuple, List[Tensor]] = OrderedDict()
-    for tensor in tensors:
-        buckets.setdefault((tensor.device, tensor.dtype), []).append(tensor)
-    for key in sorted(buckets, key=lambda k: (str(k[0]), str(k[1]))):
-        bucket = buckets[key]
-        if len(bucket) == 1 and bucket[0].is_contiguous():
-            flat = bucket[0]
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
-            flat.div_(world_size)
-            continue
-        flat = _flatten_dense_tensors(bucket)
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
-        flat.div_(world_size)
-        parts = flat.split([t.numel() for t in bucket])
-        if all(t.is_contiguous() for t in bucket):
-            # one C++ loop instead of a Python loop of copy_ calls
-            torch._foreach_copy_(
-                [t if t.dim() == 1 else t.view(-1) for t in bucket], parts)
-        else:
-            for tensor, part in zip(bucket, parts):
-                tensor.copy_(part.view(tensor.shape))
-    return tensors
+
