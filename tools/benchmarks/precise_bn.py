@@ -148,7 +148,7 @@ def _dist_worker(rank, world_size, port, repeats, queue):
             buf = torch.cat(tensors)
             dist.all_reduce(buf)
             buf.div_(world_size)
-            torch._foreach_copy_(tensors, buf.split(sizes))
+            torch.split_with_sizes_copy(buf, sizes, out=tensors)
 
         def loop():
             for t in tensors:
