@@ -34,16 +34,24 @@ def _worker_reduce(rank, world_size):
         calls.append((tensor.dtype, tensor.numel()))
         return real(tensor, *args, **kwargs)
 
+    # one dtype, 1-D only (the BN-buffer case), one of them strided
+    base = torch.arange(10.) * (rank + 1)
+    same_dtype = [torch.full((3, ), rank + 1.), base[::2], torch.ones(4)]
     dist.all_reduce = counting
     try:
         out = scaled_all_reduce(tensors)
+        n_calls = len(calls)
+        scaled_all_reduce(same_dtype)
     finally:
         dist.all_reduce = real
     return dict(
+        same_dtype=[t.tolist() for t in same_dtype],
+        base=base.tolist(),
+        same_dtype_calls=len(calls) - n_calls,
         out=[t.numpy().copy() for t in out],  # no shared memory
         same_objects=[id(t) for t in out] == ids,
         same_storage=[t.data_ptr() for t in tensors] == ptrs,
-        calls=calls,
+        calls=calls[:n_calls],
         world=get_world_size(),
         rank=get_rank())
 
@@ -74,6 +82,15 @@ def test_scaled_all_reduce_exact_in_place(world_size):
         # bitwise identical on every rank
         for a, b in zip(res['out'], results[0]['out']):
             assert a.dtype == b.dtype and np.array_equal(a, b)
+        # one dtype and device: a single collective, strided view in place
+        avg = (world_size + 1) / 2
+        assert res['same_dtype_calls'] == 1
+        assert res['same_dtype'][0] == [avg] * 3
+        assert res['same_dtype'][1] == [2. * i * avg for i in range(5)]
+        assert res['base'][::2] == res['same_dtype'][1]
+        assert res['base'][1::2] == [(2. * i + 1) * (rank + 1)
+                                     for i in range(5)]
+        assert res['same_dtype'][2] == [1.] * 4
 
 
 def _worker_int(rank, world_size):
