@@ -423,8 +423,9 @@ def _flush() -> None:
     if not names:
         return
     index = {name: i for i, name in enumerate(names)}
-    part_rows: List[torch.Tensor] = []  # CPU (k, 6) rows ...
-    part_segs: List[torch.Tensor] = []  # ... and their name indices
+    # per part: (names x 6) CPU rows over the dense name index (names
+    # without values in this part get empty rows) and the present names
+    parts: List[Tuple[torch.Tensor, torch.Tensor]] = []
 
     # Python numbers: one tensor for all names.
     if nums:
@@ -436,9 +437,7 @@ def _flush() -> None:
         x = torch.tensor(values, dtype=_F64)
         s = torch.tensor(seg, dtype=torch.long)
         uniq = torch.tensor([index[n] for n in nums], dtype=torch.long)
-        # Reduce over the dense name index, keep the rows of present names.
-        part_rows.append(_reduce_values(x, s, len(names))[uniq])
-        part_segs.append(uniq)
+        parts.append((_reduce_values(x, s, len(names)), uniq))
 
     # Small tensors: one concatenation per device.
     by_dev: Dict[Any, Tuple[list, list, list]] = {}
@@ -455,9 +454,7 @@ def _flush() -> None:
         s = torch.from_numpy(np.repeat(np.asarray(idx, dtype=np.int64),
                                        counts)).to(dev)
         uniq = torch.tensor(sorted(set(idx)), dtype=torch.long)
-        part_rows.append(
-            _reduce_values(x, s, len(names))[uniq.to(dev)].to('cpu', _F64))
-        part_segs.append(uniq)
+        parts.append((_reduce_values(x, s, len(names)).to('cpu'), uniq))
 
     # Pre-reduced rows (large tensors, compactions).
     flat_rows, flat_idx = [], []
@@ -465,11 +462,15 @@ def _flush() -> None:
         for r in rs:
             flat_rows.append(r.to('cpu'))
             flat_idx.append(index[name])
-    if flat_rows:
-        part_rows.append(torch.stack(flat_rows))
-        part_segs.append(torch.tensor(flat_idx, dtype=torch.long))
 
-    if part_rows:
+    if len(parts) == 1 and not flat_rows:  # common: nothing to merge
+        merged = parts[0][0]
+    elif parts or flat_rows:
+        part_rows = [dense[uniq] for dense, uniq in parts]
+        part_segs = [uniq for _, uniq in parts]
+        if flat_rows:
+            part_rows.append(torch.stack(flat_rows))
+            part_segs.append(torch.tensor(flat_idx, dtype=torch.long))
         merged = _merge_rows(torch.cat(part_rows), torch.cat(part_segs),
                              len(names))
     else:
@@ -603,11 +604,15 @@ class Collector:
     @staticmethod
     def _table_rows(table: List[str],
                     local: Dict[str, torch.Tensor]) -> torch.Tensor:
+        present = [(i, local[name]) for i, name in enumerate(table)
+                   if name in local]
+        if len(present) == len(table) and present:  # every name: one op
+            return torch.stack([row for _, row in present])
         rows = _empty_rows(len(table))
-        for i, name in enumerate(table):
-            row = local.get(name)
-            if row is not None:
-                rows[i] = row
+        if present:  # one indexed write, not one per name
+            idx, local_rows = zip(*present)
+            rows[torch.tensor(idx, dtype=torch.long)] = torch.stack(
+                local_rows)
         return rows
 
     def update(self) -> None:
