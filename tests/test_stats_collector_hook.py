@@ -124,6 +124,19 @@ def test_values_reported_during_validation_are_kept_apart():
 
 
 # ------------------------------------------------------------ real Runners
+@ROOT_HOOKS.register_module(force=True)
+class LossRecorderHook(Hook):
+    """Keep every training loss this rank computed."""
+    priority = 'LOWEST'
+
+    def __init__(self):
+        self.losses = []
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        self.losses.append(float(outputs['loss']))
+
+
 def stats_cfg(config, work_dir, hook=None, **overrides):
     cfg = small_cfg(config, work_dir, **overrides)
     cfg.model.report_stats = True
@@ -144,11 +157,21 @@ def test_real_runner_logs_statistics_to_log_and_scalars_json(
                                           by_epoch=False)],
                     default_hooks=dict(logger=dict(interval=4),
                                        checkpoint=dict(interval=100)))
+    cfg.custom_hooks.append(dict(type='LossRecorderHook'))
     runner = Runner.from_cfg(cfg)
     runner.train()
     scalars = read_scalars(runner)
     train = [s for s in scalars if 'iter' in s]
     assert [s['step'] for s in train] == [4, 8]
+    # each logged line holds its own window's exact statistics (LogProcessor
+    # would otherwise average 'loss' keys over past intervals)
+    recorder, = [h for h in runner.hooks if isinstance(h, LossRecorderHook)]
+    losses = np.array(recorder.losses)
+    for s, window in zip(train, (losses[:4], losses[4:8])):
+        for stat, ref in (('mean', window.mean()), ('std', window.std()),
+                          ('min', window.min()), ('max', window.max())):
+            np.testing.assert_allclose(s[f'stats/loss/{stat}'], ref,
+                                       rtol=1e-6, err_msg=stat)
     for key in ('stats/loss/mean', 'stats/loss/std', 'stats/loss/min',
                 'stats/loss/max', 'stats/model/feat_norm/mean',
                 'stats/model/logit_margin/max', 'stats/model/p_true/min'):
@@ -200,19 +223,6 @@ def test_tensorboard_backend_records_the_statistics(tmp_path,
 
 
 # ------------------------------------------------------------ distributed
-@ROOT_HOOKS.register_module(force=True)
-class LossRecorderHook(Hook):
-    """Keep every training loss this rank computed."""
-    priority = 'LOWEST'
-
-    def __init__(self):
-        self.losses = []
-
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
-                         outputs=None):
-        self.losses.append(float(outputs['loss']))
-
-
 def _train_rank(rank, world_size, work_dir):
     from mmstats.utils import setup_launcher
     cfg = stats_cfg(ITER_CONFIG, work_dir,

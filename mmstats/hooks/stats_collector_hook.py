@@ -28,6 +28,12 @@ class StatsCollectorHook(Hook):
     prefix (``<prefix>/<name>/<stat>``) so that LoggerHook's per-iteration
     lines do not repeat it.
 
+    mmengine's LogProcessor averages keys matching its ``mean_pattern``
+    (``loss``, ``time``...) over its ``window_size`` past values; the hook
+    adds a ``custom_cfg`` entry ``method_name='current'`` for each such key
+    it publishes, so the log shows the statistics of the last interval
+    (e.g. the true ``max`` of the loss), not a mean of past maxima.
+
     Values reported while a validation or test loop runs are kept apart (the
     hook sets :func:`mmstats.stats.phase` to ``'val'``/``'test'``, which
     prefixes reported names with ``val/``) and published when that loop
@@ -102,6 +108,7 @@ class StatsCollectorHook(Hook):
             'test': Collector(rf'^test/(?:{regex})$', keep_previous),
         }
         self._phase = None
+        self._seen_keys: set = set()
 
     def before_run(self, runner) -> None:
         if self.interval is None:
@@ -122,6 +129,20 @@ class StatsCollectorHook(Hook):
                     scalars[f'{self.prefix}/{name}/{stat}'] = value
         return scalars
 
+    def _to_message_hub(self, runner, mode: str, scalars: dict) -> None:
+        """Store ``scalars`` as ``<mode>/<key>`` for LoggerHook to log."""
+        processor = getattr(runner, 'log_processor', None)
+        for key, value in scalars.items():
+            runner.message_hub.update_scalar(f'{mode}/{key}', value)
+            if key in self._seen_keys:
+                continue
+            self._seen_keys.add(key)
+            pattern = getattr(processor, 'mean_pattern', None)
+            if pattern is not None and re.search(pattern, key):
+                # log the interval's statistic, not a mean of past ones
+                processor.custom_cfg.append(
+                    dict(data_src=key, method_name='current'))
+
     # -- training --------------------------------------------------------
     def after_train_iter(self,
                          runner,
@@ -133,8 +154,7 @@ class StatsCollectorHook(Hook):
                 report(name, value)
         if not self.by_epoch and self.every_n_train_iters(
                 runner, self.interval):
-            for key, value in self.publish('train').items():
-                runner.message_hub.update_scalar(f'train/{key}', value)
+            self._to_message_hub(runner, 'train', self.publish('train'))
 
     def after_train_epoch(self, runner) -> None:
         if not self.by_epoch:
@@ -154,8 +174,7 @@ class StatsCollectorHook(Hook):
 
     def _leave(self, runner, mode: str) -> None:
         phase(self._previous_phase)
-        for key, value in self.publish(mode).items():
-            runner.message_hub.update_scalar(f'{mode}/{key}', value)
+        self._to_message_hub(runner, mode, self.publish(mode))
 
     def before_val_epoch(self, runner) -> None:
         self._enter('val')
