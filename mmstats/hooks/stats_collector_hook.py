@@ -4,6 +4,7 @@ import re
 from typing import Dict, Optional, Sequence, Union
 
 from mmengine.hooks import Hook, LoggerHook
+from mmengine.runner import LogProcessor
 
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
@@ -132,13 +133,15 @@ class StatsCollectorHook(Hook):
     def _to_message_hub(self, runner, mode: str, scalars: dict) -> None:
         """Store ``scalars`` as ``<mode>/<key>`` for LoggerHook to log."""
         processor = getattr(runner, 'log_processor', None)
+        if not isinstance(processor, LogProcessor):
+            processor = None
         for key, value in scalars.items():
             runner.message_hub.update_scalar(f'{mode}/{key}', value)
             if key in self._seen_keys:
                 continue
             self._seen_keys.add(key)
-            pattern = getattr(processor, 'mean_pattern', None)
-            if pattern is not None and re.search(pattern, key):
+            if processor is not None and re.search(processor.mean_pattern,
+                                                   key):
                 # log the interval's statistic, not a mean of past ones
                 processor.custom_cfg.append(
                     dict(data_src=key, method_name='current'))
