@@ -134,7 +134,7 @@ class LossRecorderHook(Hook):
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None):
-        self.losses.append(float(outputs['loss']))
+        self.losses.append(float(outputs['loss'].detach()))
 
 
 def stats_cfg(config, work_dir, hook=None, **overrides):
