@@ -29,7 +29,8 @@ Implementation: ``report()`` appends to global per-name pending storage
 (Python numbers to a list; small tensors as float64 copies on their device;
 tensors with more than 4096 elements are reduced at once, on their device and
 without a sync, to one moments row). Any collector's ``update()`` first
-flushes the pending values, vectorised over names, into one row
+flushes the pending values (one copy to the host per device, then one
+grouped numpy reduction over all names) into one row
 ``[n, mean, M2, min, max, nonfinite]`` (float64) per name and merges that
 row into every live collector whose regex matches (Chan et al.'s parallel
 merge), then reduces its own accumulators across ranks.
@@ -88,59 +89,82 @@ def _empty_rows(num: int, device=None) -> torch.Tensor:
     return rows
 
 
-def _reduce_values(x: torch.Tensor, seg: Optional[torch.Tensor],
-                   groups: int) -> torch.Tensor:
-    """Reduce float64 values to one moments row per group.
+def _reduce_values(x: torch.Tensor) -> torch.Tensor:
+    """Reduce float64 values to one moments row, on their device.
 
-    Corrected two-pass algorithm per group (no ``E[x^2] - E[x]^2``);
-    non-finite values are counted in column 5 and excluded elsewhere. Uses
-    only sync-free ops (``nan_to_num`` instead of boolean masks,
-    ``index_add``, ``scatter_reduce``).
+    Corrected two-pass algorithm (no ``E[x^2] - E[x]^2``); non-finite values
+    are counted in column 5 and excluded elsewhere. Only sync-free ops
+    (``nan_to_num`` instead of boolean masks), so it can run in ``report``.
 
     Args:
         x (Tensor): 1-d float64 values.
-        seg (Tensor, optional): 1-d int64 group index of each value; None
-            puts all values in one group.
-        groups (int): number of groups.
 
     Returns:
-        Tensor: ``(groups, 6)`` rows ``[n, mean, M2, min, max, nonfinite]``.
+        Tensor: ``(1, 6)`` row ``[n, mean, M2, min, max, nonfinite]``.
     """
-    dev = x.device
-    # nan_to_num instead of boolean masks: one cheap pass each, no sync.
     xz = torch.nan_to_num(x, 0., 0., 0.)  # non-finite -> 0
     bad = torch.nan_to_num(x * 0., 1., 1., 1.)  # 1 where non-finite
-    low = torch.nan_to_num(x, _INF, _INF, _INF)  # non-finite -> +inf
-    high = torch.nan_to_num(x, -_INF, -_INF, -_INF)  # non-finite -> -inf
-    if seg is None:
-        nonfinite = bad.sum().reshape(1)
-        n = x.numel() - nonfinite
-        nc = n.clamp(min=1)
-        mean = xz.sum().reshape(1) / nc
-        d = torch.nan_to_num(x - mean, 0., 0., 0.)
-        mean_fix = d.sum().reshape(1) / nc
-        m2 = torch.dot(d, d).reshape(1) - mean_fix * mean_fix * n
-        if x.numel():
-            mn, mx = low.amin().reshape(1), high.amax().reshape(1)
-        else:
-            mn = torch.full((1, ), _INF, dtype=_F64, device=dev)
-            mx = torch.full((1, ), -_INF, dtype=_F64, device=dev)
+    nonfinite = bad.sum().reshape(1)
+    n = x.numel() - nonfinite
+    nc = n.clamp(min=1)
+    mean = xz.sum().reshape(1) / nc
+    d = torch.nan_to_num(x - mean, 0., 0., 0.)
+    mean_fix = d.sum().reshape(1) / nc
+    m2 = torch.dot(d, d).reshape(1) - mean_fix * mean_fix * n
+    if x.numel():
+        mn = torch.nan_to_num(x, _INF, _INF, _INF).amin().reshape(1)
+        mx = torch.nan_to_num(x, -_INF, -_INF, -_INF).amax().reshape(1)
     else:
-        zeros = torch.zeros(groups, dtype=_F64, device=dev)
-        nonfinite = zeros.index_add(0, seg, bad)
-        n = zeros.index_add(0, seg, 1. - bad)
-        nc = n.clamp(min=1)
-        mean = zeros.index_add(0, seg, xz) / nc
-        d = torch.nan_to_num(x - mean[seg], 0., 0., 0.)
-        mean_fix = zeros.index_add(0, seg, d) / nc
-        m2 = zeros.index_add(0, seg, d * d) - mean_fix * mean_fix * n
-        mn = torch.full((groups, ), _INF, dtype=_F64, device=dev)
-        mn = mn.scatter_reduce(0, seg, low, 'amin')
-        mx = torch.full((groups, ), -_INF, dtype=_F64, device=dev)
-        mx = mx.scatter_reduce(0, seg, high, 'amax')
+        mn = torch.full((1, ), _INF, dtype=_F64, device=x.device)
+        mx = torch.full((1, ), -_INF, dtype=_F64, device=x.device)
     return torch.stack(
         [n, mean + mean_fix,
          m2.clamp(min=0), mn, mx, nonfinite], dim=1)
+
+
+def _reduce_groups(x: np.ndarray, seg: np.ndarray,
+                   groups: int) -> np.ndarray:
+    """Reduce host values to one moments row per group (numpy).
+
+    The same corrected two-pass algorithm as :func:`_reduce_values`, grouped
+    by ``seg``. Used by ``update()`` for everything pending on the host:
+    numpy's ``bincount`` / ``reduceat`` cost a fraction of the torch ops'
+    dispatch on small arrays.
+
+    Args:
+        x (np.ndarray): 1-d float64 values.
+        seg (np.ndarray): 1-d int64 group of each value.
+        groups (int): Number of groups.
+
+    Returns:
+        np.ndarray: ``(groups, 6)`` rows ``[n, mean, M2, min, max,
+        nonfinite]``; groups without values get ``n=0, min=inf, max=-inf``.
+    """
+    rows = np.zeros((groups, 6))
+    rows[:, 3], rows[:, 4] = _INF, -_INF
+    if not x.size:
+        return rows
+    with np.errstate(all='ignore'):
+        finite = np.isfinite(x)
+        n = np.bincount(seg, weights=finite, minlength=groups)
+        nc = np.maximum(n, 1)
+        mean = np.bincount(seg, weights=np.where(finite, x, 0.),
+                           minlength=groups) / nc
+        d = np.where(finite, x - mean[seg], 0.)
+        mean_fix = np.bincount(seg, weights=d, minlength=groups) / nc
+        m2 = np.bincount(seg, weights=d * d, minlength=groups)
+        # min/max per run of equal groups, then per group
+        starts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]])
+        np.minimum.at(rows[:, 3], seg[starts],
+                      np.minimum.reduceat(np.where(finite, x, _INF), starts))
+        np.maximum.at(rows[:, 4], seg[starts],
+                      np.maximum.reduceat(np.where(finite, x, -_INF),
+                                          starts))
+        rows[:, 0] = n
+        rows[:, 1] = mean + mean_fix
+        rows[:, 2] = np.maximum(m2 - mean_fix * mean_fix * n, 0.)
+        rows[:, 5] = np.bincount(seg, minlength=groups) - n
+    return rows
 
 
 def _merge_rows(rows: torch.Tensor, seg: torch.Tensor,
@@ -189,7 +213,7 @@ def _compact_tensors(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
     # Chunks of at most _CHUNK_NUMEL elements keep the temporaries small
     # (large ones are fresh, page-faulting allocations on CPU).
     return [
-        _reduce_values(flat[i:i + _CHUNK_NUMEL], None, 1)[0] for flat in flats
+        _reduce_values(flat[i:i + _CHUNK_NUMEL])[0] for flat in flats
         for i in range(0, flat.numel(), _CHUNK_NUMEL)
     ]
 
@@ -239,7 +263,7 @@ def _report_tensor(name: str, value: torch.Tensor) -> None:
     if numel > _LARGE_NUMEL:
         if value.is_complex():
             raise _type_error(name, value)
-        _add_row(name, _reduce_values(value.reshape(-1).to(_F64), None, 1)[0])
+        _add_row(name, _reduce_values(value.reshape(-1).to(_F64))[0])
         return
     # A float64 copy: later in-place changes by the caller cannot leak in.
     if dtype is _F64:
@@ -271,7 +295,7 @@ def _add_numbers(name: str, values: list) -> None:
 def _compact_numbers(name: str) -> None:
     nums = _NUMS.pop(name)
     x = torch.tensor(nums, dtype=_F64)
-    _add_row(name, _reduce_values(x, None, 1)[0])
+    _add_row(name, _reduce_values(x)[0])
 
 
 def _report_slow(name: str, value: Any) -> None:
@@ -423,23 +447,14 @@ def _flush() -> None:
     if not names:
         return
     index = {name: i for i, name in enumerate(names)}
-    # per part: (names x 6) CPU rows over the dense name index (names
-    # without values in this part get empty rows) and the present names
-    parts: List[Tuple[torch.Tensor, torch.Tensor]] = []
-
-    # Python numbers: one tensor for all names.
+    # Numbers and small tensors (one copy to the host per device): one
+    # grouped numpy reduction over all names.
+    values: List[np.ndarray] = []
+    segs: List[np.ndarray] = []
     if nums:
-        values: list = []
-        seg: list = []
         for name, lst in nums.items():
-            values.extend(lst)
-            seg.extend([index[name]] * len(lst))
-        x = torch.tensor(values, dtype=_F64)
-        s = torch.tensor(seg, dtype=torch.long)
-        uniq = torch.tensor([index[n] for n in nums], dtype=torch.long)
-        parts.append((_reduce_values(x, s, len(names)), uniq))
-
-    # Small tensors: one concatenation per device.
+            values.append(np.asarray(lst, dtype=np.float64))
+            segs.append(np.full(len(lst), index[name], dtype=np.int64))
     by_dev: Dict[Any, Tuple[list, list, list]] = {}
     for name, ts in tensors.items():
         for t in ts:
@@ -447,34 +462,28 @@ def _flush() -> None:
             entry[0].append(t.reshape(-1))
             entry[1].append(index[name])
             entry[2].append(t.numel())
-    for dev, (ts, idx, counts) in by_dev.items():
-        x = torch.cat(ts)
-        # segment ids from host lists: numpy (torch's CPU repeat_interleave
-        # with tensor repeats costs ~8 ms here)
-        s = torch.from_numpy(np.repeat(np.asarray(idx, dtype=np.int64),
-                                       counts)).to(dev)
-        uniq = torch.tensor(sorted(set(idx)), dtype=torch.long)
-        parts.append((_reduce_values(x, s, len(names)).to('cpu'), uniq))
+    for ts, idx, counts in by_dev.values():
+        values.append(torch.cat(ts).cpu().numpy())
+        segs.append(np.repeat(np.asarray(idx, dtype=np.int64), counts))
+    if len(values) == 1:
+        x, seg = values[0], segs[0]
+    else:
+        x = np.concatenate(values) if values else np.zeros(0)
+        seg = np.concatenate(segs) if segs else np.zeros(0, np.int64)
+    merged = torch.from_numpy(_reduce_groups(x, seg, len(names)))
 
-    # Pre-reduced rows (large tensors, compactions).
+    # Pre-reduced rows (large tensors, compactions): merge them in.
     flat_rows, flat_idx = [], []
     for name, rs in rows.items():
         for r in rs:
             flat_rows.append(r.to('cpu'))
             flat_idx.append(index[name])
-
-    if len(parts) == 1 and not flat_rows:  # common: nothing to merge
-        merged = parts[0][0]
-    elif parts or flat_rows:
-        part_rows = [dense[uniq] for dense, uniq in parts]
-        part_segs = [uniq for _, uniq in parts]
-        if flat_rows:
-            part_rows.append(torch.stack(flat_rows))
-            part_segs.append(torch.tensor(flat_idx, dtype=torch.long))
-        merged = _merge_rows(torch.cat(part_rows), torch.cat(part_segs),
-                             len(names))
-    else:
-        merged = _empty_rows(len(names))
+    if flat_rows:
+        present = torch.from_numpy(np.unique(seg))
+        merged = _merge_rows(
+            torch.cat([merged[present], torch.stack(flat_rows)]),
+            torch.cat([present, torch.tensor(flat_idx, dtype=torch.long)]),
+            len(names))
     for collector in collectors:
         collector._receive(names, merged)
 
