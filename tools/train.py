@@ -16,6 +16,7 @@ from mmengine.dist import is_main_process
 from mmengine.runner import Runner
 
 import mmstats  # noqa: F401  (registers modules, allowlists checkpoints)
+from mmstats.hooks import StatsCollectorHook
 from mmstats.utils import setup_launcher
 
 
@@ -95,10 +96,14 @@ def report(runner: Runner) -> None:
     from mmstats.visualization import plot_training_curves
     scalars = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
     plot = plot_training_curves(scalars)
+    # the evaluator's metrics, without StatsCollectorHook's statistics
+    stats_prefixes = tuple(f'val/{hook.prefix}/' for hook in runner.hooks
+                           if isinstance(hook, StatsCollectorHook))
     acc = {
         key[len('val/'):]: buffer.current()
         for key, buffer in runner.message_hub.log_scalars.items()
         if key.startswith('val/') and not key.endswith('time')
+        and not key.startswith(stats_prefixes)
     }
     lines = ['', '=' * 60]
     if acc:

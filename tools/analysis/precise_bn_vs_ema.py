@@ -16,6 +16,8 @@ import sys
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO)
 CONFIG = osp.join(REPO, 'configs/demo/resnet-mini_1xb64_digits.py')
+PRECISE_CONFIG = osp.join(
+    REPO, 'configs/precise_bn/resnet-mini_1xb64-precise-bn-epoch_digits.py')
 
 
 def val_accuracy(work_dir: str) -> list:
@@ -27,8 +29,8 @@ def val_accuracy(work_dir: str) -> list:
     return load_scalars(scalars[-1])['accuracy'][1]
 
 
-def train(work_dir: str, options: list) -> list:
-    cmd = [sys.executable, osp.join(REPO, 'tools/train.py'), CONFIG,
+def train(config: str, work_dir: str, options: list) -> list:
+    cmd = [sys.executable, osp.join(REPO, 'tools/train.py'), config,
            '--work-dir', work_dir, '--cfg-options', *options]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return val_accuracy(work_dir)
@@ -49,11 +51,11 @@ def main() -> None:
     common = [f'model.backbone.norm_cfg.momentum={args.momentum}',
               f'optim_wrapper.optimizer.lr={args.lr}',
               f'train_cfg.max_epochs={args.epochs}']
-    ema = train(osp.join(args.work_dir, 'ema'), common)
+    ema = train(CONFIG, osp.join(args.work_dir, 'ema'), common)
     precise = train(
-        osp.join(args.work_dir, 'precise_bn'), common + [
-            "custom_hooks=[dict(type='PreciseBNHook',"
-            f"num_samples={args.num_samples},progress=False)]"
+        PRECISE_CONFIG, osp.join(args.work_dir, 'precise_bn'), common + [
+            f'custom_hooks.0.num_samples={args.num_samples}',
+            'custom_hooks.0.progress=False'
         ])
     print(f'BN momentum {args.momentum}, lr {args.lr}: val accuracy (%)')
     print(f'{"epoch":>5} {"EMA stats":>10} {"PreciseBN":>10}')
