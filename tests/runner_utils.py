@@ -10,6 +10,8 @@ from mmengine.config import Config
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 EPOCH_CONFIG = osp.join(REPO, 'configs/demo/resnet-mini_1xb64_digits.py')
 ITER_CONFIG = osp.join(REPO, 'configs/demo/resnet-mini_1xb64-iter_digits.py')
+MAIN_CONFIG = osp.join(
+    REPO, 'configs/demo/resnet-mini_1xb64-precise-bn-stats_digits.py')
 
 
 def small_cfg(config: str = EPOCH_CONFIG, work_dir: str = '.',
