@@ -146,24 +146,31 @@ def _reduce_groups(x: np.ndarray, seg: np.ndarray,
         return rows
     with np.errstate(all='ignore'):
         finite = np.isfinite(x)
-        n = np.bincount(seg, weights=finite, minlength=groups)
+        counts = np.bincount(seg, minlength=groups)
+        if finite.all():  # common case: no masking needed
+            n, low, high = counts.astype(np.float64), x, x
+        else:
+            n = np.bincount(seg, weights=finite, minlength=groups)
+            low, high = np.where(finite, x, _INF), np.where(finite, x, -_INF)
+            x = np.where(finite, x, 0.)
         nc = np.maximum(n, 1)
-        mean = np.bincount(seg, weights=np.where(finite, x, 0.),
-                           minlength=groups) / nc
-        d = np.where(finite, x - mean[seg], 0.)
+        mean = np.bincount(seg, weights=x, minlength=groups) / nc
+        d = x - mean[seg]
+        if low is not x:
+            d[~finite] = 0.
         mean_fix = np.bincount(seg, weights=d, minlength=groups) / nc
         m2 = np.bincount(seg, weights=d * d, minlength=groups)
         # min/max per run of equal groups, then per group
-        starts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]])
+        starts = np.flatnonzero(
+            np.concatenate(([True], seg[1:] != seg[:-1])))
         np.minimum.at(rows[:, 3], seg[starts],
-                      np.minimum.reduceat(np.where(finite, x, _INF), starts))
+                      np.minimum.reduceat(low, starts))
         np.maximum.at(rows[:, 4], seg[starts],
-                      np.maximum.reduceat(np.where(finite, x, -_INF),
-                                          starts))
+                      np.maximum.reduceat(high, starts))
         rows[:, 0] = n
         rows[:, 1] = mean + mean_fix
         rows[:, 2] = np.maximum(m2 - mean_fix * mean_fix * n, 0.)
-        rows[:, 5] = np.bincount(seg, minlength=groups) - n
+        rows[:, 5] = counts - n
     return rows
 
 
@@ -443,7 +450,8 @@ def _flush() -> None:
     ]
     if not collectors:
         return
-    names = list(dict.fromkeys([*nums, *tensors, *rows, *empty]))
+    # sorted: in steady state equal to the collectors' tables (no reorder)
+    names = sorted({*nums, *tensors, *rows, *empty})
     if not names:
         return
     index = {name: i for i, name in enumerate(names)}
@@ -576,11 +584,11 @@ class Collector:
                 ([names[i]
                   for i in keep], rows[torch.tensor(keep, dtype=torch.long)]))
 
-    def _local_rows(self) -> Dict[str, torch.Tensor]:
-        """This rank's merged row per name since the previous update."""
+    def _local_rows(self) -> Tuple[List[str], torch.Tensor]:
+        """This rank's names and merged rows since the previous update."""
         chunks, self._chunks = self._chunks, []
         if not chunks:
-            return {}
+            return [], _empty_rows(0)
         if len(chunks) == 1:
             names, rows = chunks[0]
         else:
@@ -590,7 +598,7 @@ class Collector:
                                dtype=torch.long)
             rows = _merge_rows(torch.cat([c[1] for c in chunks]), seg,
                                len(names))
-        return dict(zip(names, rows))
+        return names, rows
 
     # -- distributed -------------------------------------------------------
     def _world(self) -> Tuple[int, Any]:
@@ -611,37 +619,43 @@ class Collector:
         return torch.stack(out).cpu()
 
     @staticmethod
-    def _table_rows(table: List[str],
-                    local: Dict[str, torch.Tensor]) -> torch.Tensor:
-        present = [(i, local[name]) for i, name in enumerate(table)
-                   if name in local]
-        if len(present) == len(table) and present:  # every name: one op
-            return torch.stack([row for _, row in present])
-        rows = _empty_rows(len(table))
-        if present:  # one indexed write, not one per name
-            idx, local_rows = zip(*present)
-            rows[torch.tensor(idx, dtype=torch.long)] = torch.stack(
-                local_rows)
-        return rows
+    def _table_rows(table: List[str], names: List[str],
+                    rows: torch.Tensor) -> torch.Tensor:
+        """``rows`` (one per name of ``names``) in the order of ``table``;
+        empty rows for names of ``table`` without values."""
+        if names == table:  # steady state: nothing to move
+            return rows
+        pos = {name: i for i, name in enumerate(names)}
+        dst, src = [], []
+        for i, name in enumerate(table):
+            j = pos.get(name)
+            if j is not None:
+                dst.append(i)
+                src.append(j)
+        out = _empty_rows(len(table))
+        if dst:  # one indexed copy, not one per name
+            out[torch.tensor(dst, dtype=torch.long)] = rows[torch.tensor(
+                src, dtype=torch.long)]
+        return out
 
     def update(self) -> None:
         """Publish the statistics of the values reported since the previous
         update (a collective: every rank of the group must call it)."""
         _flush()
-        local = self._local_rows()
+        names, local = self._local_rows()
         world, device = self._world()
         table = self._table
         if world == 1:
-            new = sorted(set(local) - set(table))
+            new = sorted(set(names) - set(table))
             if new:
                 table = self._table = sorted(set(table) | set(new))
-            rows = self._table_rows(table, local)
+            rows = self._table_rows(table, names, local)
         else:
             known = set(table)
-            new = [name for name in local if name not in known]
+            new = [name for name in names if name not in known]
             payload = torch.cat([
                 torch.tensor([1. if new else 0.], dtype=_F64),
-                self._table_rows(table, local).reshape(-1)
+                self._table_rows(table, names, local).reshape(-1)
             ])
             gathered = self._gather(payload, world, device)
             old_rows = gathered[:, 1:].reshape(world, len(table), 6)
@@ -650,7 +664,7 @@ class Collector:
                 dist.all_gather_object(lists, sorted(new), group=self._group)
                 added = sorted(set().union(*map(set, lists)) - known)
                 new_rows = self._gather(
-                    self._table_rows(added, local).reshape(-1), world,
+                    self._table_rows(added, names, local).reshape(-1), world,
                     device).reshape(world, len(added), 6)
                 order = table + added  # columns of old_rows, new_rows
                 table = self._table = sorted(known | set(added))

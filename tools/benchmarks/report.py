@@ -10,18 +10,22 @@ Prints, measured in this one run (CPU, ``torch.set_num_threads(1)``):
 2. time of ``Collector.update()`` for 200 names over 2 gloo processes,
    beside 200 torchmetrics ``MeanMetric.compute()`` calls (with their dist
    sync) over 2 gloo processes;
-3. StatsCollectorHook overhead: the iteration-based demo trained with the
-   model's reports on and StatsCollectorHook(interval=1), against the same
-   training without either (interleaved repeats, median time per
-   iteration, torch's default thread count).
+3. StatsCollectorHook overhead: the iteration-based demo trained (a) with
+   no reports and no hook, (b) with the model computing and reporting its
+   statistics but no hook (reports are no-ops without a Collector), (c)
+   with (b) + StatsCollectorHook(interval=1); interleaved repeats, median
+   time per iteration from IterTimerHook, torch's default thread count.
+   The hook's overhead is (c) / (b) - 1.
 
-Usage: ``python tools/benchmarks/report.py [--calls N] [--repeats R]``
+Usage: ``python tools/benchmarks/report.py [--calls N] [--repeats R]
+[--only report|update|hook]``
 """
 import argparse
 import os
 import socket
 import statistics
 import time
+from typing import List, Tuple
 
 import torch
 import torch.distributed as dist
@@ -149,13 +153,17 @@ def bench_update(num_names=200, world=2, repeats=20):
 # StatsCollectorHook overhead
 # --------------------------------------------------------------------------
 def _train_seconds_per_iter(report_stats: bool, with_hook: bool,
-                            iters: int) -> float:
+                            iters: int) -> Tuple[float, float]:
+    """Median step time of the demo and, with the hook, the median time of
+    the hook's ``after_train_iter`` in the same run."""
     import os.path as osp
     import tempfile
 
     from mmengine.config import Config
     from mmengine.runner import Runner
     from mmengine.utils import ManagerMixin
+
+    from mmstats.hooks import StatsCollectorHook
     repo = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
     cfg = Config.fromfile(
         osp.join(repo, 'configs/demo/resnet-mini_1xb64-iter_digits.py'))
@@ -171,13 +179,25 @@ def _train_seconds_per_iter(report_stats: bool, with_hook: bool,
     cfg.custom_hooks = [dict(type='StatsCollectorHook', interval=1)
                         ] if with_hook else []
     runner = Runner.from_cfg(cfg)
+    hook_times: List[float] = []
+    for hook in runner.hooks:
+        if isinstance(hook, StatsCollectorHook):
+            inner = hook.after_train_iter
+
+            def timed(*args, inner=inner, **kwargs):
+                start = time.perf_counter()
+                inner(*args, **kwargs)
+                hook_times.append(time.perf_counter() - start)
+
+            hook.after_train_iter = timed
     runner.train()
     # IterTimerHook's per-iteration times: no setup, robust median
     seconds = statistics.median(
         runner.message_hub.get_scalar('train/time').data[0][5:])
     for cls in ManagerMixin.__subclasses__():
         cls._instance_dict.clear()
-    return seconds
+    hook_seconds = statistics.median(hook_times[5:]) if hook_times else 0.
+    return seconds, hook_seconds
 
 
 def bench_hook(iters=300, repeats=5):
@@ -191,10 +211,14 @@ def bench_hook(iters=300, repeats=5):
         '... + StatsCollectorHook(interval=1)': (True, True),
     }
     runs = {key: [] for key in setups}
+    own = []  # (hook time, step time) of the same run
     for _ in range(repeats):  # interleaved: drifts hit all setups alike
         for key, (report_stats, with_hook) in setups.items():
-            runs[key].append(
-                _train_seconds_per_iter(report_stats, with_hook, iters))
+            step, hook = _train_seconds_per_iter(report_stats, with_hook,
+                                                 iters)
+            runs[key].append(step)
+            if with_hook:
+                own.append(hook / step)
     torch.set_num_threads(threads)
     ms = {key: statistics.median(v) * 1e3 for key, v in runs.items()}
     base, reports, hooked = ms.values()
@@ -207,6 +231,8 @@ def bench_hook(iters=300, repeats=5):
           f'{100 * (hooked / reports - 1):7.2f}%')
     print(f'{"hook + the model computing its statistics (vs none)":62s} '
           f'{100 * (hooked / base - 1):7.2f}%')
+    print(f'{"hook after_train_iter time / step time, in the same run":62s} '
+          f'{100 * statistics.median(own):7.2f}%')
 
 
 def main():
