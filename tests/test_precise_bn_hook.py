@@ -316,9 +316,3 @@ def test_two_ranks_end_with_identical_precise_stats(tmp_path):
     assert_precise(buffers['backbone.stem.bn.running_mean'],
                    buffers['backbone.stem.bn.running_var'], train_inputs(cfg),
                    torch.from_numpy(results[0]['weight']))
-
-
-@pytest.mark.skipif(torch.cuda.device_count() < 2,
-                    reason='multi-rank SyncBN needs 2 CUDA devices')
-def test_syncbn_on_two_ranks():  # pragma: no cover - needs GPUs
-    pytest.skip('run on a 2-GPU machine: see README')
