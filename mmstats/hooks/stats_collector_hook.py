@@ -32,7 +32,7 @@ class StatsCollectorHook(Hook):
     mmengine's LogProcessor averages keys matching its ``mean_pattern``
     (``loss``, ``time``...) over its ``window_size`` past values; the hook
     adds a ``custom_cfg`` entry ``method_name='current'`` for each such key
-    it publishes, so the log shows the statistics of the last interval
+    it publishes (unless ``custom_cfg`` already has one for it), so the log shows the statistics of the last interval
     (e.g. the true ``max`` of the loss), not a mean of past maxima.
 
     Values reported while a validation or test loop runs are kept apart (the
@@ -140,8 +140,10 @@ class StatsCollectorHook(Hook):
             if key in self._seen_keys:
                 continue
             self._seen_keys.add(key)
-            if processor is not None and re.search(processor.mean_pattern,
-                                                   key):
+            if processor is not None and re.search(
+                    processor.mean_pattern, key) and not any(
+                        cfg.get('data_src') == key
+                        for cfg in processor.custom_cfg):  # the user's wins
                 # log the interval's statistic, not a mean of past ones
                 processor.custom_cfg.append(
                     dict(data_src=key, method_name='current'))
