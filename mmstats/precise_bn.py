@@ -291,13 +291,23 @@ class _PreciseBNState:
         counts[:] = self._zeros
 
 
-def _check_args(num_samples: Any, estimator: Any) -> None:
+def check_args(num_samples: Any, estimator: Any,
+               owner: str = 'update_bn_stats') -> None:
+    """Validate ``num_samples`` and ``estimator`` (shared with the hook).
+
+    Args:
+        num_samples (Any): Must be a positive int.
+        estimator (Any): Must be one of :data:`ESTIMATORS`.
+        owner (str): Named in the error message. Defaults to
+            ``'update_bn_stats'``.
+    """
     if (not isinstance(num_samples, int) or isinstance(num_samples, bool)
             or num_samples <= 0):
-        raise ValueError('update_bn_stats: num_samples must be a positive '
-                         f'int (samples over all ranks), got {num_samples!r}')
+        raise ValueError(f'{owner}: num_samples must be a positive '
+                         f'int (samples over all ranks, e.g. 8192), got '
+                         f'{num_samples!r}')
     if estimator not in ESTIMATORS:
-        raise ValueError(f'update_bn_stats: estimator must be one of '
+        raise ValueError(f'{owner}: estimator must be one of '
                          f'{ESTIMATORS}, got {estimator!r}')
 
 
@@ -407,7 +417,7 @@ def update_bn_stats(
             any rank (statistics are left intact).
         RuntimeError: A forward failed on another rank.
     """
-    _check_args(num_samples, estimator)
+    check_args(num_samples, estimator)
     start_time = time.perf_counter()
     model = _unwrap(model)
     layers, frozen, unaffected = [], [], []

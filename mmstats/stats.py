@@ -147,7 +147,8 @@ def _reduce_groups(x: np.ndarray, seg: np.ndarray,
     with np.errstate(all='ignore'):
         finite = np.isfinite(x)
         counts = np.bincount(seg, minlength=groups)
-        if finite.all():  # common case: no masking needed
+        all_finite = bool(finite.all())  # host array: no device sync
+        if all_finite:  # common case: no masking needed
             n, low, high = counts.astype(np.float64), x, x
         else:
             n = np.bincount(seg, weights=finite, minlength=groups)
@@ -156,7 +157,7 @@ def _reduce_groups(x: np.ndarray, seg: np.ndarray,
         nc = np.maximum(n, 1)
         mean = np.bincount(seg, weights=x, minlength=groups) / nc
         d = x - mean[seg]
-        if low is not x:
+        if not all_finite:
             d[~finite] = 0.
         mean_fix = np.bincount(seg, weights=d, minlength=groups) / nc
         m2 = np.bincount(seg, weights=d * d, minlength=groups)
@@ -459,10 +460,9 @@ def _flush() -> None:
     # grouped numpy reduction over all names.
     values: List[np.ndarray] = []
     segs: List[np.ndarray] = []
-    if nums:
-        for name, lst in nums.items():
-            values.append(np.asarray(lst, dtype=np.float64))
-            segs.append(np.full(len(lst), index[name], dtype=np.int64))
+    for name, lst in nums.items():
+        values.append(np.asarray(lst, dtype=np.float64))
+        segs.append(np.full(len(lst), index[name], dtype=np.int64))
     by_dev: Dict[Any, Tuple[list, list, list]] = {}
     for name, ts in tensors.items():
         for t in ts:

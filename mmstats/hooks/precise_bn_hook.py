@@ -12,7 +12,7 @@ from mmengine.runner import EpochBasedTrainLoop, Runner
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader
 
-from mmstats.precise_bn import ESTIMATORS, update_bn_stats
+from mmstats.precise_bn import check_args, update_bn_stats
 from mmstats.registry import HOOKS
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
@@ -76,20 +76,15 @@ class PreciseBNHook(Hook):
                  dataloader: Optional[dict] = None,
                  update_ema: bool = True,
                  progress: bool = True) -> None:
-        if not isinstance(num_samples, int) or isinstance(
-                num_samples, bool) or num_samples <= 0:
-            raise ValueError('PreciseBNHook: num_samples must be a positive '
-                             f'int (e.g. 8192), got {num_samples!r}')
+        check_args(num_samples, estimator, owner='PreciseBNHook')
         if not isinstance(interval, int) or isinstance(
                 interval, bool) or interval <= 0:
             raise ValueError('PreciseBNHook: interval must be a positive int, '
                              f'got {interval!r}')
         if by_epoch not in (None, True, False):
             raise ValueError('PreciseBNHook: by_epoch must be None (follow '
-                             f'the train loop), True or False, got {by_epoch!r}')
-        if estimator not in ESTIMATORS:
-            raise ValueError(f'PreciseBNHook: estimator must be one of '
-                             f'{ESTIMATORS}, got {estimator!r}')
+                             'the train loop), True or False, got '
+                             f'{by_epoch!r}')
         if dataloader is not None and not isinstance(dataloader, dict):
             raise TypeError('PreciseBNHook: dataloader must be None or a '
                             'dataloader config dict, got '

@@ -108,7 +108,7 @@ class StatsCollectorHook(Hook):
             'val': Collector(rf'^val/(?:{regex})$', keep_previous),
             'test': Collector(rf'^test/(?:{regex})$', keep_previous),
         }
-        self._phase = None
+        self._previous_phase: Optional[str] = None  # restored on leaving
         self._seen_keys: set = set()
 
     def before_run(self, runner) -> None:
