@@ -47,13 +47,14 @@ import math
 import numbers
 import re
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-__all__ = ['report', 'report0', 'Collector', 'phase']
+__all__ = ['report', 'report0', 'Collector', 'phase', 'suspend_reporting']
 
 STAT_NAMES = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
 
@@ -76,6 +77,7 @@ _TENSORS: Dict[str, List[torch.Tensor]] = {}  # float64 copies, any shape
 _ROWS: Dict[str, List[torch.Tensor]] = {}  # reduced rows, shape (6, )
 _EMPTY: set = set()  # names registered without values
 _PHASE = ''  # prefix of reported names, e.g. 'val/' during validation
+_SUSPENDED = [0]  # > 0 inside ``suspend_reporting()``: report() is a no-op
 
 
 # --------------------------------------------------------------------------
@@ -367,7 +369,7 @@ def report(name: str, value: Any) -> Any:
         TypeError: ``value`` is not a number, sequence, numpy array or real
             tensor (only checked while a collector is alive).
     """
-    if not _LIVE:
+    if not _LIVE or _SUSPENDED[0]:
         return value
     if _PHASE:
         name = _PHASE + name
@@ -407,7 +409,7 @@ def report0(name: str, value: Any) -> Any:
     Returns:
         The same ``value`` object.
     """
-    if not _LIVE:
+    if not _LIVE or _SUSPENDED[0]:
         return value
     if _get_rank() == 0:
         return report(name, value)
@@ -435,6 +437,20 @@ def phase(name: Optional[str]) -> Optional[str]:
     previous = _PHASE[:-1] or None
     _PHASE = f'{name}/' if name else ''
     return previous
+
+
+@contextmanager
+def suspend_reporting() -> Iterator[None]:
+    """Ignore every :func:`report` / :func:`report0` call inside the block.
+
+    Used by :func:`mmstats.update_bn_stats`, so that values a model reports
+    in its forward never reach a collector during a recomputation. Nests.
+    """
+    _SUSPENDED[0] += 1
+    try:
+        yield
+    finally:
+        _SUSPENDED[0] -= 1
 
 
 # --------------------------------------------------------------------------
