@@ -7,10 +7,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mmstats import stats
-from mmstats.stats import Collector, report, report0
-
-from .dist_utils import run_distributed
+from mmstats.stats import Collector, report, report0, reporting
+from mmstats.stats.reporting import (MAX_PENDING_NUMBERS, MAX_PENDING_ROWS,
+                                     MAX_PENDING_TENSORS, STORE)
+from tests.dist_utils import run_distributed
 
 TIMEOUT = 90
 
@@ -18,11 +18,11 @@ TIMEOUT = 90
 @pytest.fixture(autouse=True)
 def _clean_state():
     """No collector or pending value leaks from one test into the next."""
-    stats._LIVE.clear()
-    stats._forget(-1)
+    reporting.LIVE_COLLECTORS.clear()
+    reporting.reset()
     yield
-    stats._LIVE.clear()
-    stats._forget(-1)
+    reporting.LIVE_COLLECTORS.clear()
+    reporting.reset()
 
 
 def _close(a, b, rel=1e-9):
@@ -144,14 +144,14 @@ def test_memory_is_bounded():
     c = Collector()
     for i in range(3000):
         report('x', torch.tensor(float(i)))
-    assert len(stats._TENSORS.get('x', [])) < stats._MAX_PENDING_TENSORS
-    assert len(stats._ROWS['x']) < stats._MAX_PENDING_ROWS
-    for i in range(stats._MAX_PENDING_NUMBERS + 10):
+    assert len(STORE.tensors.get('x', [])) < MAX_PENDING_TENSORS
+    assert len(STORE.rows['x']) < MAX_PENDING_ROWS
+    for i in range(MAX_PENDING_NUMBERS + 10):
         report('f', 0.5 * i)
-    assert len(stats._NUMS['f']) < stats._MAX_PENDING_NUMBERS
+    assert len(STORE.numbers['f']) < MAX_PENDING_NUMBERS
     c.update()
     check(c, 'x', np.arange(3000.))
-    check(c, 'f', 0.5 * np.arange(stats._MAX_PENDING_NUMBERS + 10.))
+    check(c, 'f', 0.5 * np.arange(MAX_PENDING_NUMBERS + 10.))
 
 
 def test_compaction_mixed_shapes_dtypes():
@@ -186,11 +186,12 @@ def test_inplace_change_after_report(numel):
 
 
 def test_regex_fullmatch():
-    c = Collector(regex='loss.*')
-    for name in ('loss', 'loss_cls', 'acc', 'my_loss'):
+    # re.match would also take 'loss_cls', re.search also 'my_loss'
+    c = Collector(regex='loss|acc')
+    for name in ('loss', 'loss_cls', 'acc', 'my_loss', 'acc2'):
         report(name, 1.0)
     c.update()
-    assert c.names() == ['loss', 'loss_cls']
+    assert c.names() == ['acc', 'loss']
 
 
 @pytest.mark.parametrize('keep', [True, False])
@@ -284,14 +285,15 @@ def test_autograd_no_grad_and_module_forward():
 def test_no_collector_is_noop():
     t = torch.tensor(1.)
     assert report('x', t) is t
-    assert report('x', 'not checked without a collector') is not None
-    assert not stats._TENSORS and not stats._NUMS
+    bad = 'not checked without a collector'
+    assert report('x', bad) is bad
+    assert not STORE.tensors and not STORE.numbers
     c = Collector()
     c.update()
     assert c.names() == [] and c.as_dict() == {}
     del c
     report('x', 1.0)
-    assert not stats._NUMS  # nothing kept once the last collector died
+    assert not STORE.numbers  # nothing kept once the last collector died
 
 
 @pytest.mark.parametrize('bad', [

@@ -1,0 +1,254 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Collector: exact statistics over all ranks of what :func:`report` got."""
+import math
+import re
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from mmengine.dist import get_comm_device, get_world_size
+
+from .moments import (MAX, MEAN, MIN, M2, N, NONFINITE, ROW_WIDTH,
+                      empty_rows, merge_rows)
+from .reporting import LIVE_COLLECTORS, STORE
+
+__all__ = ['Collector', 'STAT_NAMES', 'flush']
+
+STAT_NAMES = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
+_F64 = torch.float64
+
+
+def _live() -> List['Collector']:
+    refs = list(LIVE_COLLECTORS.values())
+    return [c for c in (ref() for ref in refs) if c is not None]
+
+
+def flush() -> None:
+    """Reduce every pending value to one row per name and hand the rows to
+    each live collector whose regex matches (syncs the devices used)."""
+    collectors = _live()
+    if not collectors:
+        STORE.reset()
+        return
+    names, rows = STORE.flush()
+    if names:
+        for collector in collectors:
+            collector._receive(names, rows)
+
+
+def _forget(key: int) -> None:
+    LIVE_COLLECTORS.pop(key, None)
+    if not LIVE_COLLECTORS:  # nobody will read them any more
+        STORE.reset()
+
+
+class Collector:
+    """Publish exact statistics of the values reported with :func:`report`.
+
+    Each :meth:`update` publishes, per name matching ``regex``
+    (:func:`re.fullmatch`), the statistics of every value reported since
+    this collector's previous :meth:`update` on any rank: ``num``, ``mean``,
+    ``std`` (``ddof=0``), ``min``, ``max`` over finite values and
+    ``nonfinite``, the count of NaN / inf values. Collectors are independent
+    and each exact; accumulation is in float64 (stable for mean 1e6, std 1).
+
+    :meth:`update` is a collective over ``group``: all ranks must call it.
+    Ranks may report different names, in any order, or nothing at all;
+    every rank gets the same results. See ``docs/stats.md`` for the
+    protocol.
+
+    Args:
+        regex (str): Publish names that fully match this pattern.
+            Defaults to '.*'.
+        keep_previous (bool): If True, a name with no new values since the
+            previous update keeps its previous results; if False it reports
+            ``num=0``, ``nonfinite=0`` and NaN statistics. Defaults to True.
+        group (ProcessGroup, optional): Process group to reduce over.
+            Defaults to None (the default group).
+    """
+
+    def __init__(self,
+                 regex: str = '.*',
+                 keep_previous: bool = True,
+                 group: Optional[Any] = None) -> None:
+        # Values reported before this collector exists belong to others.
+        if LIVE_COLLECTORS:
+            flush()
+        self._regex = re.compile(regex)
+        self._keep_previous = keep_previous
+        self._group = group
+        self._matches: Dict[str, bool] = {}
+        self._chunks: List[Tuple[List[str], torch.Tensor]] = []
+        self._table: List[str] = []
+        self._results: Dict[str, List[float]] = {}
+        key = id(self)
+        LIVE_COLLECTORS[key] = weakref.ref(self,
+                                           lambda _, key=key: _forget(key))
+
+    # -- accumulation ------------------------------------------------------
+    def _receive(self, names: List[str], rows: torch.Tensor) -> None:
+        matches = self._matches
+        keep = []
+        for i, name in enumerate(names):
+            ok = matches.get(name)
+            if ok is None:
+                ok = matches[name] = self._regex.fullmatch(name) is not None
+            if ok:
+                keep.append(i)
+        if not keep:
+            return
+        if len(keep) == len(names):
+            self._chunks.append((names, rows))
+        else:
+            self._chunks.append(([names[i] for i in keep],
+                                 rows[torch.tensor(keep, dtype=torch.long)]))
+
+    def _local_rows(self) -> Tuple[List[str], torch.Tensor]:
+        """This rank's names and merged rows since the previous update."""
+        chunks, self._chunks = self._chunks, []
+        if not chunks:
+            return [], empty_rows(0)
+        if len(chunks) == 1:
+            return chunks[0]
+        names = list(dict.fromkeys(n for c in chunks for n in c[0]))
+        index = {name: i for i, name in enumerate(names)}
+        seg = torch.tensor([index[n] for c in chunks for n in c[0]],
+                           dtype=torch.long)
+        rows = merge_rows(torch.cat([c[1] for c in chunks]), seg, len(names))
+        return names, rows
+
+    # -- distributed -------------------------------------------------------
+    def _gather(self, tensor: torch.Tensor, world: int) -> torch.Tensor:
+        tensor = tensor.to(get_comm_device(self._group))
+        out = [torch.empty_like(tensor) for _ in range(world)]
+        dist.all_gather(out, tensor, group=self._group)
+        return torch.stack(out).cpu()
+
+    @staticmethod
+    def _table_rows(table: List[str], names: List[str],
+                    rows: torch.Tensor) -> torch.Tensor:
+        """``rows`` (one per name of ``names``) in the order of ``table``;
+        empty rows for names of ``table`` without values."""
+        if names == table:  # steady state: nothing to move
+            return rows
+        pos = {name: i for i, name in enumerate(names)}
+        dst, src = [], []
+        for i, name in enumerate(table):
+            j = pos.get(name)
+            if j is not None:
+                dst.append(i)
+                src.append(j)
+        out = empty_rows(len(table))
+        if dst:  # one indexed copy, not one per name
+            out[torch.tensor(dst, dtype=torch.long)] = rows[torch.tensor(
+                src, dtype=torch.long)]
+        return out
+
+    def update(self) -> None:
+        """Publish the statistics of the values reported since the previous
+        update (a collective: every rank of the group must call it)."""
+        flush()
+        names, local = self._local_rows()
+        world = get_world_size(self._group)
+        table = self._table
+        if world == 1:
+            new = sorted(set(names) - set(table))
+            if new:
+                table = self._table = sorted(set(table) | set(new))
+            self._publish(table, self._table_rows(table, names, local))
+            return
+        known = set(table)
+        new = [name for name in names if name not in known]
+        payload = torch.cat([
+            torch.tensor([1. if new else 0.], dtype=_F64),
+            self._table_rows(table, names, local).reshape(-1)
+        ])
+        gathered = self._gather(payload, world)
+        old_rows = gathered[:, 1:].reshape(world, len(table), ROW_WIDTH)
+        if bool((gathered[:, 0] != 0).any()):
+            lists: List[Any] = [None] * world
+            dist.all_gather_object(lists, sorted(new), group=self._group)
+            added = sorted(set().union(*map(set, lists)) - known)
+            new_rows = self._gather(
+                self._table_rows(added, names, local).reshape(-1),
+                world).reshape(world, len(added), ROW_WIDTH)
+            order = table + added  # columns of old_rows, new_rows
+            table = self._table = sorted(known | set(added))
+            pos = {name: i for i, name in enumerate(table)}
+            perm = torch.tensor([pos[n] for n in order], dtype=torch.long)
+            rows_all = torch.empty(world, len(table), ROW_WIDTH, dtype=_F64)
+            rows_all[:, perm] = torch.cat([old_rows, new_rows], dim=1)
+        else:
+            rows_all = old_rows
+        seg = torch.arange(len(table)).repeat(world)
+        self._publish(table,
+                      merge_rows(rows_all.reshape(-1, ROW_WIDTH), seg,
+                                 len(table)))
+
+    def _publish(self, table: List[str], rows: torch.Tensor) -> None:
+        previous = self._results
+        results: Dict[str, List[float]] = {}
+        nan = math.nan
+        for name, row in zip(table, rows.tolist()):
+            n, nonfinite = row[N], row[NONFINITE]
+            if n + nonfinite == 0:
+                if self._keep_previous and name in previous:
+                    results[name] = previous[name]
+                else:
+                    results[name] = [0., nan, nan, nan, nan, 0.]
+            elif n == 0:
+                results[name] = [0., nan, nan, nan, nan, nonfinite]
+            else:
+                results[name] = [
+                    n, row[MEAN],
+                    math.sqrt(row[M2] / n), row[MIN], row[MAX], nonfinite
+                ]
+        self._results = results
+
+    # -- accessors ---------------------------------------------------------
+    def names(self) -> List[str]:
+        """Names published by the last :meth:`update` (sorted)."""
+        return list(self._results)
+
+    def _stat(self, name: str, stat: str) -> float:
+        i = STAT_NAMES.index(stat)
+        res = self._results.get(name)
+        if res is None:
+            return 0. if stat in ('num', 'nonfinite') else math.nan
+        return res[i]
+
+    def num(self, name: str) -> float:
+        """Number of finite values of ``name`` (0 if never published)."""
+        return self._stat(name, 'num')
+
+    def mean(self, name: str) -> float:
+        """Mean of the finite values (NaN if none)."""
+        return self._stat(name, 'mean')
+
+    def std(self, name: str) -> float:
+        """Population std (``ddof=0``) of the finite values (NaN if none)."""
+        return self._stat(name, 'std')
+
+    def min(self, name: str) -> float:
+        """Minimum of the finite values (NaN if none)."""
+        return self._stat(name, 'min')
+
+    def max(self, name: str) -> float:
+        """Maximum of the finite values (NaN if none)."""
+        return self._stat(name, 'max')
+
+    def nonfinite(self, name: str) -> float:
+        """Number of NaN / inf values of ``name``."""
+        return self._stat(name, 'nonfinite')
+
+    def as_dict(self) -> Dict[str, Dict[str, float]]:
+        """``{name: {'num', 'mean', 'std', 'min', 'max', 'nonfinite'}}``."""
+        return {
+            name: dict(zip(STAT_NAMES, map(float, res)))
+            for name, res in self._results.items()
+        }
+
+    def __getitem__(self, name: str) -> float:
+        """The mean of ``name``."""
+        return self.mean(name)

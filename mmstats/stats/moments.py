@@ -1,0 +1,185 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Pure float64 moment kernels: reduce values to rows, merge rows.
+
+A *row* summarises a set of values in ``ROW_WIDTH`` float64 numbers, in the
+column order of the constants below: ``[n, mean, M2, min, max, nonfinite]``
+with ``n`` the number of finite values, ``M2`` the sum of their squared
+deviations from ``mean`` and ``nonfinite`` the number of NaN / inf values
+(kept out of every other column). Rows merge exactly with Chan et al.'s
+parallel formula, so reductions can happen in any grouping and order.
+"""
+from typing import Any, Dict, List
+
+import numpy as np
+import torch
+
+__all__ = [
+    'N', 'MEAN', 'M2', 'MIN', 'MAX', 'NONFINITE', 'ROW_WIDTH', 'empty_rows',
+    'reduce_values', 'reduce_groups', 'merge_rows', 'compact_tensors',
+    'compact_rows'
+]
+
+# Columns of a moments row.
+N, MEAN, M2, MIN, MAX, NONFINITE = range(6)
+ROW_WIDTH = 6
+
+# Chunk size of compactions: keeps the temporaries small (large ones are
+# fresh, page-faulting allocations on CPU).
+CHUNK_NUMEL = 16384
+
+_INF = float('inf')
+_F64 = torch.float64
+
+
+def empty_rows(num: int, device: Any = None) -> torch.Tensor:
+    """Rows of ``num`` groups without values: n=0, min=+inf, max=-inf."""
+    rows = torch.zeros(num, ROW_WIDTH, dtype=_F64, device=device)
+    rows[:, MIN] = _INF
+    rows[:, MAX] = -_INF
+    return rows
+
+
+def reduce_values(x: torch.Tensor) -> torch.Tensor:
+    """Reduce float64 values to one row, on their device, without a sync.
+
+    Corrected two-pass algorithm (no ``E[x^2] - E[x]^2``). Only sync-free
+    ops (``nan_to_num`` instead of boolean masks), so it can run in
+    ``report()`` on CUDA tensors.
+
+    Args:
+        x (Tensor): 1-d float64 values.
+
+    Returns:
+        Tensor: ``(1, ROW_WIDTH)`` row.
+    """
+    finite_or_zero = torch.nan_to_num(x, 0., 0., 0.)
+    is_bad = torch.nan_to_num(x * 0., 1., 1., 1.)  # 1 where non-finite
+    nonfinite = is_bad.sum().reshape(1)
+    n = x.numel() - nonfinite
+    n_safe = n.clamp(min=1)
+    mean = finite_or_zero.sum().reshape(1) / n_safe
+    dev = torch.nan_to_num(x - mean, 0., 0., 0.)
+    mean_fix = dev.sum().reshape(1) / n_safe
+    m2 = torch.dot(dev, dev).reshape(1) - mean_fix * mean_fix * n
+    if x.numel():
+        low = torch.nan_to_num(x, _INF, _INF, _INF).amin().reshape(1)
+        high = torch.nan_to_num(x, -_INF, -_INF, -_INF).amax().reshape(1)
+    else:
+        low = torch.full((1, ), _INF, dtype=_F64, device=x.device)
+        high = torch.full((1, ), -_INF, dtype=_F64, device=x.device)
+    return torch.stack(
+        [n, mean + mean_fix,
+         m2.clamp(min=0), low, high, nonfinite], dim=1)
+
+
+def reduce_groups(x: np.ndarray, seg: np.ndarray, groups: int) -> np.ndarray:
+    """Reduce host values to one row per group (numpy).
+
+    The same corrected two-pass algorithm as :func:`reduce_values`, grouped
+    by ``seg``: numpy's ``bincount`` / ``reduceat`` cost a fraction of the
+    torch ops' dispatch on small arrays.
+
+    Args:
+        x (np.ndarray): 1-d float64 values.
+        seg (np.ndarray): 1-d int64 group of each value.
+        groups (int): Number of groups.
+
+    Returns:
+        np.ndarray: ``(groups, ROW_WIDTH)`` rows; groups without values get
+        empty rows.
+    """
+    rows = np.zeros((groups, ROW_WIDTH))
+    rows[:, MIN], rows[:, MAX] = _INF, -_INF
+    if not x.size:
+        return rows
+    with np.errstate(all='ignore'):
+        finite = np.isfinite(x)
+        counts = np.bincount(seg, minlength=groups)
+        all_finite = bool(finite.all())  # host array: no device sync
+        if all_finite:  # common case: no masking needed
+            n, low, high = counts.astype(np.float64), x, x
+        else:
+            n = np.bincount(seg, weights=finite, minlength=groups)
+            low, high = np.where(finite, x, _INF), np.where(finite, x, -_INF)
+            x = np.where(finite, x, 0.)
+        n_safe = np.maximum(n, 1)
+        mean = np.bincount(seg, weights=x, minlength=groups) / n_safe
+        dev = x - mean[seg]
+        if not all_finite:
+            dev[~finite] = 0.
+        mean_fix = np.bincount(seg, weights=dev, minlength=groups) / n_safe
+        m2 = np.bincount(seg, weights=dev * dev, minlength=groups)
+        # min/max per run of equal groups, then per group
+        starts = np.flatnonzero(np.concatenate(([True], seg[1:] != seg[:-1])))
+        np.minimum.at(rows[:, MIN], seg[starts],
+                      np.minimum.reduceat(low, starts))
+        np.maximum.at(rows[:, MAX], seg[starts],
+                      np.maximum.reduceat(high, starts))
+        rows[:, N] = n
+        rows[:, MEAN] = mean + mean_fix
+        rows[:, M2] = np.maximum(m2 - mean_fix * mean_fix * n, 0.)
+        rows[:, NONFINITE] = counts - n
+    return rows
+
+
+def merge_rows(rows: torch.Tensor, seg: torch.Tensor,
+               groups: int) -> torch.Tensor:
+    """Merge rows per group (Chan et al.'s parallel formula).
+
+    ``M2 = sum_i M2_i + n_i (mean_i - mean)^2``: exact and stable; min/max
+    and counts combine directly. Deterministic: the same rows give the same
+    bits on every rank.
+
+    Args:
+        rows (Tensor): ``(R, ROW_WIDTH)`` float64 rows.
+        seg (Tensor): ``(R, )`` int64 group of each row.
+        groups (int): Number of groups.
+
+    Returns:
+        Tensor: ``(groups, ROW_WIDTH)`` merged rows.
+    """
+    device = rows.device
+    zeros = torch.zeros(groups, dtype=_F64, device=device)
+    n_i, mean_i = rows[:, N], rows[:, MEAN]
+    n = zeros.index_add(0, seg, n_i)
+    n_safe = n.clamp(min=1)
+    mean = zeros.index_add(0, seg, n_i * mean_i) / n_safe
+    dev = mean_i - mean[seg]
+    mean = mean + zeros.index_add(0, seg, n_i * dev) / n_safe
+    dev = mean_i - mean[seg]
+    m2 = zeros.index_add(0, seg, rows[:, M2] + n_i * dev * dev)
+    low = torch.full((groups, ), _INF, dtype=_F64, device=device)
+    low = low.scatter_reduce(0, seg, rows[:, MIN], 'amin')
+    high = torch.full((groups, ), -_INF, dtype=_F64, device=device)
+    high = high.scatter_reduce(0, seg, rows[:, MAX], 'amax')
+    nonfinite = zeros.index_add(0, seg, rows[:, NONFINITE])
+    return torch.stack([n, mean, m2, low, high, nonfinite], dim=1)
+
+
+def compact_tensors(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+    """Reduce float64 tensors to rows, per device and chunk (no sync)."""
+    try:  # common case: same shape and device, one op
+        flats = [torch.stack(tensors).reshape(-1)]
+    except RuntimeError:
+        by_device: Dict[Any, List[torch.Tensor]] = {}
+        for t in tensors:
+            by_device.setdefault(t.device, []).append(t.reshape(-1))
+        flats = [torch.cat(ts) for ts in by_device.values()]
+    return [
+        reduce_values(flat[i:i + CHUNK_NUMEL])[0] for flat in flats
+        for i in range(0, flat.numel(), CHUNK_NUMEL)
+    ]
+
+
+def compact_rows(rows: List[torch.Tensor]) -> List[torch.Tensor]:
+    """Merge rows to one row per device (no sync)."""
+    by_device: Dict[Any, List[torch.Tensor]] = {}
+    for row in rows:
+        by_device.setdefault(row.device, []).append(row)
+    merged = []
+    for same_device in by_device.values():
+        stacked = torch.stack(same_device)
+        seg = torch.zeros(len(same_device), dtype=torch.long,
+                          device=stacked.device)
+        merged.append(merge_rows(stacked, seg, 1)[0])
+    return merged
