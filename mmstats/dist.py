@@ -1,48 +1,19 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Small distributed helpers that work with and without a process group."""
+"""scaled_all_reduce: the coalesced, in-place cross-rank average.
+
+Rank, world size and "is distributed" come from :mod:`mmengine.dist`
+(re-exported here for convenience): they work with and without a process
+group.
+"""
 from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
+from mmengine.dist import get_rank, get_world_size, is_distributed
 from torch import Tensor
 from torch._utils import _flatten_dense_tensors
 
 __all__ = ['is_distributed', 'get_world_size', 'get_rank', 'scaled_all_reduce']
-
-
-def is_distributed() -> bool:
-    """Whether ``torch.distributed`` is available and initialised."""
-    return dist.is_available() and dist.is_initialized()
-
-
-def get_world_size(group: Optional[object] = None) -> int:
-    """Number of processes in ``group``; 1 when not distributed.
-
-    Args:
-        group (ProcessGroup, optional): The process group. None means the
-            default group. Defaults to None.
-
-    Returns:
-        int: The world size of the group.
-    """
-    if not is_distributed():
-        return 1
-    return dist.get_world_size(group)
-
-
-def get_rank(group: Optional[object] = None) -> int:
-    """Rank of this process in ``group``; 0 when not distributed.
-
-    Args:
-        group (ProcessGroup, optional): The process group. None means the
-            default group. Defaults to None.
-
-    Returns:
-        int: The rank of this process in the group.
-    """
-    if not is_distributed():
-        return 0
-    return dist.get_rank(group)
 
 
 def _check_floating(tensors: Sequence[Tensor]) -> None:
