@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 
 from mmstats.dist import get_rank, get_world_size, scaled_all_reduce
-from tests.dist_utils import run_distributed
+from tests.helpers.dist import run_distributed
 
 SHAPES = [(3, ), (2, 5), (), (4, 1, 3), (7, )]
 DTYPES = [torch.float32, torch.float64, torch.float32, torch.float16,

@@ -14,7 +14,7 @@ from torch.utils.data import (BatchSampler, DataLoader, IterableDataset,
 
 from mmstats.precise_bn import (ESTIMATORS, preserve_rng_state,
                                 update_bn_stats)
-from tests.dist_utils import run_distributed
+from tests.helpers.dist import run_distributed
 
 BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 

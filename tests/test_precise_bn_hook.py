@@ -14,8 +14,8 @@ from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 
 from mmstats.hooks import PreciseBNHook
 from mmstats.registry import HOOKS
-from tests.dist_utils import run_distributed
-from tests.record_batches_hook import read_batches
+from tests.helpers.dist import run_distributed
+from tests.helpers.record_batches_hook import read_batches
 from tests.runner_utils import EPOCH_CONFIG, ITER_CONFIG, small_cfg
 
 SUMMARY = dict(num_layers=6, num_samples=64, num_batches=4, seconds=0.1,
@@ -263,7 +263,7 @@ def recorded_run(tmp_path, config, with_hook, num_workers, persistent):
     cfg = small_cfg(config, tmp_path, **overrides)
     cfg.train_dataloader.num_workers = num_workers
     cfg.train_dataloader.persistent_workers = persistent
-    cfg.custom_imports = dict(imports=['tests.record_batches_hook'])
+    cfg.custom_imports = dict(imports=['tests.helpers.record_batches_hook'])
     cfg.custom_hooks = [dict(type='RecordBatchesHook')]
     if with_hook:
         cfg.custom_hooks.append(

@@ -1,90 +1,80 @@
-"""The three ways a config can name mmstats' modules build the same class.
-
-Each form runs in a fresh interpreter so that nothing is imported before
-the config asks for it.
-"""
+"""Importing mmstats registers its hooks in its own scope and nothing else."""
 import subprocess
 import sys
 import textwrap
 
-import pytest
+from mmengine.registry import HOOKS as ROOT_HOOKS
 
-BUILD = textwrap.dedent('''
-    import sys
-    from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS, init_default_scope
-    from mmengine.config import Config
-    from mmengine.utils import import_modules_from_strings
-    form = sys.argv[1]
-    cfg = Config(dict(custom_imports=dict(imports=['mmstats'])))
-    if form == 'prefix':
-        names = dict(model='mmstats.ResNetMini', dataset='mmstats.DigitsDataset',
-                     metric='mmstats.Accuracy')
-    else:
-        import_modules_from_strings(**cfg.custom_imports)
-        if form == 'scope':
-            init_default_scope('mmstats')
-        names = dict(model='ResNetMini', dataset='DigitsDataset',
-                     metric='Accuracy')
-    model = MODELS.build(dict(type=names['model']))
-    dataset = DATASETS.build(dict(type=names['dataset'], split='val'))
-    metric = METRICS.build(dict(type=names['metric']))
-    print(type(model).__module__, type(model).__name__)
-    print(type(dataset).__module__, type(dataset).__name__, len(dataset))
-    print(type(metric).__module__, type(metric).__name__)
-''')
+from mmstats.hooks import PreciseBNHook, StatsCollectorHook
+from mmstats.registry import HOOKS
 
 
-@pytest.mark.parametrize('form', ['prefix', 'scope', 'no_scope'])
-def test_all_registry_forms_build_the_same_modules(form):
-    out = subprocess.run([sys.executable, '-c', BUILD, form],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = [line for line in out.stdout.split('\n')
-             if line.startswith('mmstats.')]  # not mmengine's log lines
-    assert lines[0] == 'mmstats.models.resnet_mini ResNetMini'
-    assert lines[1] == 'mmstats.datasets.digits DigitsDataset 359'
-    assert lines[2] == 'mmstats.evaluation.accuracy Accuracy'
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)],
+                          capture_output=True, text=True, timeout=120)
 
 
-def test_prefix_form_needs_no_import():
-    """``type='mmstats.X'`` works although nothing imported mmstats."""
-    code = textwrap.dedent('''
+def test_users_can_register_the_demo_names_after_importing_mmstats():
+    out = run_python("""
+        import mmengine.runner  # noqa: F401  (torch adds DTensor globals)
+        import mmengine.registry as root
+        import torch
+        from mmengine.logging import HistoryBuffer
+        safe_before = list(torch.serialization.get_safe_globals())
+        root.HOOKS.build(dict(type='mmstats.StatsCollectorHook'))
+        import mmstats  # noqa: F401
+        names = dict(MODELS=['ImageClassifier', 'ResNetMini',
+                             'TensorDataPreprocessor'],
+                     DATASETS=['DigitsDataset', 'SyntheticDigitsDataset'],
+                     TRANSFORMS=['PackInputs', 'RandomShift'],
+                     METRICS=['Accuracy'])
+        for registry, classes in names.items():
+            for name in classes:
+                getattr(root, registry).register_module(
+                    module=type(name, (), {}))
+        safe_after = torch.serialization.get_safe_globals()
+        assert safe_after == safe_before, safe_after
+        assert HistoryBuffer not in safe_after
+        print('OK')
+        """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith('OK')
+
+
+def test_scope_prefix_builds_without_any_import():
+    out = run_python("""
+        from mmengine.registry import HOOKS
+        hook = HOOKS.build(dict(type='mmstats.PreciseBNHook'))
+        print(type(hook).__module__, type(hook).__name__)
         import sys
-        from mmengine.registry import MODELS
-        assert 'mmstats' not in sys.modules
-        model = MODELS.build(dict(type='mmstats.ImageClassifier',
-                                  backbone=dict(type='ResNetMini')))
-        print(type(model).__name__, type(model.backbone).__name__)
-    ''')
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ['ImageClassifier', 'ResNetMini']
+        print('digits_demo' in sys.modules)
+        """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split('\n')[:2] == [
+        'mmstats.hooks.precise_bn_hook PreciseBNHook', 'False']
 
 
-def test_child_registries_have_the_mmstats_scope_and_mmengine_parents():
-    import mmengine.registry as root
+def test_only_the_hooks_are_registered_and_only_in_the_mmstats_scope():
+    assert HOOKS.scope == 'mmstats'
+    assert HOOKS.get('PreciseBNHook') is PreciseBNHook
+    assert HOOKS.get('StatsCollectorHook') is StatsCollectorHook
+    assert set(HOOKS.module_dict) <= {'PreciseBNHook', 'StatsCollectorHook',
+                                      'ModuleStatsHook'}
+    for name in HOOKS.module_dict:
+        assert ROOT_HOOKS.module_dict.get(name) is not HOOKS.get(name)
 
-    from mmstats import registry
-    for name in ('HOOKS', 'MODELS', 'DATASETS', 'TRANSFORMS', 'METRICS'):
-        child = getattr(registry, name)
-        assert child.scope == 'mmstats'
-        assert child.parent is getattr(root, name)
-        assert root.__dict__[name]._children['mmstats'] is child
 
+def test_unprefixed_name_under_another_scope_is_not_ours():
+    """The README's FAQ: only the 'mmstats.' prefix is unambiguous."""
+    from mmengine.registry import DefaultScope, Registry
+    other = Registry('hook', parent=ROOT_HOOKS, scope='otherpkg')
 
-def test_root_registration_never_replaces_another_package_module():
-    from mmengine.registry import MODELS as ROOT
+    @other.register_module(name='PreciseBNHook')
+    class OtherPreciseBN:
+        priority = 'NORMAL'
 
-    from mmstats.registry import MODELS
-
-    class Dummy:
-        pass
-
-    existing = ROOT.get('BN')  # mmcv's BatchNorm2d
-    MODELS.register_module(name='BN', module=Dummy, force=True)
-    try:
-        assert ROOT.get('BN') is existing
-        assert MODELS.get('mmstats.BN') is Dummy
-    finally:
-        MODELS._module_dict.pop('BN')
+    with DefaultScope.overwrite_default_scope('otherpkg'):
+        assert type(ROOT_HOOKS.build(dict(type='PreciseBNHook'))) is \
+            OtherPreciseBN
+        assert type(ROOT_HOOKS.build(dict(type='mmstats.PreciseBNHook'))) \
+            is PreciseBNHook

@@ -13,7 +13,7 @@ from mmengine.runner import Runner
 from mmstats import report
 from mmstats.hooks import StatsCollectorHook
 from mmstats.registry import HOOKS
-from tests.dist_utils import run_distributed
+from tests.helpers.dist import run_distributed
 from tests.runner_utils import EPOCH_CONFIG, ITER_CONFIG, small_cfg
 
 

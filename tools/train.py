@@ -15,9 +15,10 @@ from mmengine.config import Config, DictAction
 from mmengine.dist import is_main_process
 from mmengine.runner import Runner
 
-import mmstats  # noqa: F401  (registers modules, allowlists checkpoints)
 from mmstats.hooks import StatsCollectorHook
-from mmstats.utils import setup_launcher
+from mmstats.utils import allow_mmengine_checkpoints, setup_launcher
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # tools/analysis
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -57,8 +58,8 @@ def build_config(args: argparse.Namespace) -> Config:
     """Load the config and apply the command line to it."""
     if not osp.isfile(args.config):
         raise FileNotFoundError(
-            f'config file {args.config!r} does not exist (try one under '
-            'configs/, e.g. configs/demo/resnet-mini_1xb64_digits.py)')
+            f'config file {args.config!r} does not exist (the demo configs '
+            'are under projects/digits_demo/configs/)')
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
@@ -93,7 +94,7 @@ def report(runner: Runner) -> None:
     """Print the final val accuracy and where the outputs are (rank 0)."""
     if not is_main_process():
         return
-    from mmstats.visualization import plot_training_curves
+    from analysis.plot_curves import plot_training_curves
     scalars = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
     plot = plot_training_curves(scalars)
     # the evaluator's metrics, without StatsCollectorHook's statistics
@@ -121,6 +122,7 @@ def report(runner: Runner) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    allow_mmengine_checkpoints()  # --resume under torch.load(weights_only)
     cfg = build_config(args)
     setup_launcher(cfg)
     runner = Runner.from_cfg(cfg)

@@ -45,7 +45,10 @@ def history_buffer_getattr(obj, name: str):
 def allow_mmengine_checkpoints() -> None:
     """Allowlist the classes that mmengine's checkpoints contain.
 
-    Idempotent; called when :mod:`mmstats` is imported.
+    Idempotent. Process-wide (torch keeps one allowlist), so mmstats never
+    calls it on import: ``tools/train.py`` and ``tools/test.py`` do, and
+    users opt in with ``custom_imports=dict(imports=['mmstats.utils.
+    allow_checkpoints'])``.
     """
     from mmengine.config import ConfigDict
     from mmengine.logging import HistoryBuffer

@@ -10,7 +10,7 @@ from torch import nn
 from mmstats.stats import Collector, report, report0, reporting
 from mmstats.stats.reporting import (MAX_PENDING_NUMBERS, MAX_PENDING_ROWS,
                                      MAX_PENDING_TENSORS, STORE)
-from tests.dist_utils import run_distributed
+from tests.helpers.dist import run_distributed
 
 TIMEOUT = 90
 

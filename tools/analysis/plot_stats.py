@@ -12,8 +12,7 @@ import glob
 import os.path as osp
 import sys
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, REPO)
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 
 
 def find_scalars(work_dir: str) -> str:
@@ -40,7 +39,7 @@ def main(argv=None) -> str:
                         'scalars.json)')
     args = parser.parse_args(argv)
 
-    from mmstats.visualization import load_scalars
+    from plot_curves import load_scalars
     path = find_scalars(args.work_dir)
     series = load_scalars(path)
     missing = [k for k in args.keys

@@ -1,0 +1,5 @@
+# All-rank statistics of the losses and of everything mmstats.report() got,
+# published where LoggerHook logs (inherit with _base_ = [...]).
+custom_hooks = [
+    dict(type='mmstats.StatsCollectorHook'),
+]

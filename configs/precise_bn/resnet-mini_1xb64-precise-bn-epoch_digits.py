@@ -1,5 +1,0 @@
-# Precise BN after every epoch, on 1024 training samples (over all ranks).
-_base_ = ['../demo/resnet-mini_1xb64_digits.py']
-custom_hooks = [
-    dict(type='PreciseBNHook', num_samples=1024, interval=1),
-]

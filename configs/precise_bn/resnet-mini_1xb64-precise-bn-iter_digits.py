@@ -1,5 +1,0 @@
-# Precise BN every 50 iterations (before each validation), iteration-based.
-_base_ = ['../demo/resnet-mini_1xb64-iter_digits.py']
-custom_hooks = [
-    dict(type='PreciseBNHook', num_samples=1024, interval=50),
-]
