@@ -1,8 +1,11 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Install mmstats: ``pip install -c requirements/constraints.txt -e .``"""
+"""Install mmstats: ``pip install -c requirements/constraints.txt -e .``
+
+Core requirements are only what ``import mmstats`` needs (torch, mmengine,
+numpy). Extras: ``demo`` (projects/digits_demo and the plots), ``tests``,
+``lint``, ``docs``, ``benchmarks``.
+"""
 import os
-import subprocess
-import sys
 
 from setuptools import find_packages, setup
 
@@ -15,43 +18,17 @@ def read_version() -> str:
 
 
 def read_requirements(name: str) -> list:
+    """Requirement lines of ``requirements/<name>``, following ``-r``."""
+    lines = []
     with open(os.path.join('requirements', name)) as f:
-        return [
-            line.strip() for line in f
-            if line.strip() and not line.startswith('#')
-        ]
+        for line in f:
+            line = line.split('#')[0].strip()
+            if line.startswith('-r '):
+                lines += read_requirements(line[3:].strip())
+            elif line:
+                lines.append(line)
+    return lines
 
-
-def full_mmcv_installed() -> bool:
-    """Whether the target interpreter already has a full (compiled) mmcv.
-
-    Asked in a clean subprocess of the target interpreter because pip's
-    isolated build environment hides the installed packages. Set
-    ``MMSTATS_MMCV=full`` or ``lite`` to decide by hand.
-    """
-    choice = os.environ.get('MMSTATS_MMCV')
-    if choice in ('full', 'lite'):
-        return choice == 'full'
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ('PYTHONPATH', 'PYTHONNOUSERSITE', 'PYTHONHOME')
-    }
-    probe = ('import importlib.util, sys; '
-             "sys.exit(0 if importlib.util.find_spec('mmcv._ext') else 1)")
-    python = getattr(sys, '_base_executable', sys.executable)
-    try:
-        return subprocess.run([python, '-c', probe], env=env,
-                              capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-install_requires = read_requirements('runtime.txt')
-# mmcv.cnn / mmcv.transforms are pure Python: the 'lite' build is enough,
-# and installing it over a full mmcv would overwrite its compiled ops.
-install_requires.append(
-    'mmcv>=2.0.0' if full_mmcv_installed() else 'mmcv-lite>=2.0.0')
 
 setup(
     name='mmstats',
@@ -64,14 +41,14 @@ setup(
     license='Apache-2.0',
     python_requires='>=3.10',
     packages=find_packages(include=['mmstats', 'mmstats.*']),
-    install_requires=install_requires,
+    install_requires=read_requirements('runtime.txt'),
     extras_require=dict(
+        demo=read_requirements('demo.txt'),
         tests=read_requirements('tests.txt'),
+        lint=read_requirements('lint.txt'),
+        docs=read_requirements('docs.txt'),
         benchmarks=['fvcore', 'torchmetrics'],
     ),
-    classifiers=[
-        'Programming Language :: Python :: 3',
-        'License :: OSI Approved :: Apache Software License',
-    ],
+    classifiers=['Programming Language :: Python :: 3'],
     zip_safe=False,
 )

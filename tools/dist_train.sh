@@ -2,7 +2,8 @@
 # Multi-process training with torchrun, on one node or several.
 #   bash tools/dist_train.sh CONFIG NPROC [train.py options]
 # Several nodes: run it on every node with NNODES, NODE_RANK, MASTER_ADDR set
-# (and the same PORT). PYTHON selects the interpreter (default: python).
+# (and the same PORT). PYTHON selects the interpreter (default: the repo's
+# .venv/bin/python when it exists, as after `make demo`; else python).
 # On CPU-only machines train.py uses gloo; with CUDA, NCCL.
 set -e
 CONFIG=$1
@@ -11,9 +12,12 @@ NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
-PYTHON=${PYTHON:-python}
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python; fi
+fi
 
-PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH \
+PYTHONPATH="$ROOT":${PYTHONPATH:-} \
 "$PYTHON" -m torch.distributed.run \
     --nnodes="$NNODES" \
     --node_rank="$NODE_RANK" \

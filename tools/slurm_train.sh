@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Training on a Slurm cluster, one task per GPU (or per CPU process).
 #   bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG WORK_DIR [options]
-# GPUS (default 8), GPUS_PER_NODE (default 8), CPUS_PER_TASK (default 5),
-# SRUN_ARGS and PORT (MASTER_PORT, default 29500) may be set.
+# GPUS (tasks in all, default 8), GPUS_PER_NODE (tasks per node, default 8),
+# CPUS_PER_TASK (default 5), SRUN_ARGS, PORT (MASTER_PORT, default 29500) and
+# PYTHON may be set. On a CPU partition set GRES_GPUS=0 (then no --gres is
+# asked for; the tasks train with gloo); by default each node asks for
+# --gres=gpu:GPUS_PER_NODE.
 set -x
 PARTITION=$1
 JOB_NAME=$2
@@ -12,14 +15,20 @@ GPUS=${GPUS:-8}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-""}
-PYTHON=${PYTHON:-python}
+GRES_GPUS=${GRES_GPUS:-$GPUS_PER_NODE}
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python; fi
+fi
+GRES=""
+if [ "$GRES_GPUS" -gt 0 ]; then GRES="--gres=gpu:${GRES_GPUS}"; fi
 PY_ARGS=${@:5}
 
 export MASTER_PORT=${PORT:-29500}
-PYTHONPATH="$(dirname "$0")/..":$PYTHONPATH \
+PYTHONPATH="$ROOT":${PYTHONPATH:-} \
 srun -p "${PARTITION}" \
     --job-name="${JOB_NAME}" \
-    --gres=gpu:"${GPUS_PER_NODE}" \
+    ${GRES} \
     --ntasks="${GPUS}" \
     --ntasks-per-node="${GPUS_PER_NODE}" \
     --cpus-per-task="${CPUS_PER_TASK}" \

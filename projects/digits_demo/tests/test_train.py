@@ -72,14 +72,24 @@ def test_resume_continues_from_the_saved_epoch(tmp_path):
     third = run_train(*args, 'train_cfg.max_epochs=3', '--resume',
                       osp.join(tmp_path, 'epoch_2.pth'))
     assert third.returncode == 0, third.stderr[-3000:]
+    # tools/test.py evaluates a checkpoint
+    test = subprocess.run(
+        [sys.executable, osp.join(REPO, 'tools/test.py'), args[0],
+         osp.join(tmp_path, 'epoch_3.pth'), '--work-dir', str(tmp_path),
+         '--cfg-options', *args[4:6]],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
+        capture_output=True, text=True, timeout=300)
+    assert test.returncode == 0, test.stderr[-3000:]
+    assert re.search(r'test: accuracy=\d+\.\d+', test.stdout)
     missing = run_train(*args, '--resume', osp.join(tmp_path, 'nope.pth'))
     assert missing.returncode != 0
     assert 'no such checkpoint file' in missing.stderr
 
 
 def test_two_gloo_processes_train_on_different_data(tmp_path):
-    env = dict(os.environ, PORT=str(free_port()), PYTHON=sys.executable,
-               OMP_NUM_THREADS='1')
+    # no PYTHON=: the scripts use the repository's .venv by themselves
+    env = dict(os.environ, PORT=str(free_port()), OMP_NUM_THREADS='1')
+    env.pop('PYTHON', None)
     out = subprocess.run(
         ['bash', osp.join(REPO, 'tools/dist_train.sh'),
          recording_config(tmp_path), '2', '--work-dir', str(tmp_path),
@@ -92,6 +102,34 @@ def test_two_gloo_processes_train_on_different_data(tmp_path):
     seen = [{i for rec in batches for i in rec['idx']} for batches in ranks]
     assert not seen[0] & seen[1]
     assert len(seen[0] | seen[1]) == 1438
+    env['PORT'] = str(free_port())
+    out = subprocess.run(
+        ['bash', osp.join(REPO, 'tools/dist_test.sh'),
+         recording_config(tmp_path), osp.join(tmp_path, 'epoch_1.pth'), '2',
+         '--work-dir', str(tmp_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r'test: accuracy=\d+\.\d+', out.stdout)
+
+
+@pytest.mark.parametrize('gres_gpus, expected', [('0', None),
+                                                 (None, '--gres=gpu:8')])
+def test_slurm_script_asks_for_gpus_only_on_gpu_partitions(
+        tmp_path, gres_gpus, expected):
+    fake = tmp_path / 'srun'
+    fake.write_text('#!/bin/sh\necho "$@"\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f'{tmp_path}:{os.environ["PATH"]}')
+    if gres_gpus is not None:
+        env['GRES_GPUS'] = gres_gpus
+    out = subprocess.run(
+        ['bash', osp.join(REPO, 'tools/slurm_train.sh'), 'cpu', 'job',
+         EPOCH_CONFIG, str(tmp_path)], env=env, capture_output=True,
+        text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    gres = [a for a in out.stdout.split() if a.startswith('--gres')]
+    assert gres == ([expected] if expected else [])
+    assert '--launcher=slurm' in out.stdout
 
 
 @pytest.mark.parametrize('args, message', [

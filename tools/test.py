@@ -1,0 +1,72 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Evaluate a checkpoint with an mmengine config (OpenMMLab style).
+
+One process:   python tools/test.py CONFIG CHECKPOINT
+N processes:   bash tools/dist_test.sh CONFIG CHECKPOINT N   (torchrun)
+Runs ``Runner.test()`` on the config's test_dataloader/test_evaluator and
+prints the metrics; works on CPU-only machines (gloo) and on GPUs (NCCL).
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+from mmengine.config import Config, DictAction
+from mmengine.dist import is_main_process
+from mmengine.runner import Runner
+
+from mmstats.utils import allow_mmengine_checkpoints, setup_launcher
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Evaluate a checkpoint')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='the checkpoint to evaluate')
+    parser.add_argument('--work-dir', help='the dir to save logs')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings of the config, key=value')
+    parser.add_argument(
+        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    """Load the config and apply the command line to it."""
+    for path, what in ((args.config, 'config'),
+                       (args.checkpoint, 'checkpoint')):
+        if not osp.isfile(path):
+            raise FileNotFoundError(f'{what} file {path!r} does not exist')
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
+        './work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg.load_from = args.checkpoint
+    cfg.resume = False
+    return cfg
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    allow_mmengine_checkpoints()  # torch.load(weights_only=True)
+    cfg = build_config(args)
+    setup_launcher(cfg)
+    runner = Runner.from_cfg(cfg)
+    metrics = runner.test()
+    if is_main_process():
+        print('test: ' + ', '.join(f'{k}={v:.4f}' for k, v in metrics.items()
+                                    if isinstance(v, (int, float))),
+              flush=True)
+    return metrics
+
+
+if __name__ == '__main__':
+    main()
+    sys.exit(0)
