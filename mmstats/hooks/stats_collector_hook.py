@@ -3,150 +3,248 @@
 import re
 from typing import Dict, Optional, Sequence, Union
 
-from mmengine.hooks import Hook, LoggerHook
-from mmengine.runner import LogProcessor
+import torch
+import torch.distributed as dist
+from mmengine.dist import get_comm_device, get_rank, get_world_size
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+from mmengine.runner import EpochBasedTrainLoop, LogProcessor
 
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
+from .log_rhythm import find_logger_hook, logs_train_line, scope_inline_flags
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 DEFAULT_INTERVAL = 10
+NONFINITE_ACTIONS = ('warn', 'raise', 'ignore')
+TIMING_NAMES = ('time', 'data_time')  # the log line shows their max
 
 
 @HOOKS.register_module()
 class StatsCollectorHook(Hook):
     """Reduce what :func:`mmstats.report` recorded over all ranks and log it.
 
-    At every ``interval`` iterations (or once per epoch with
-    ``by_epoch=True``) all ranks call :meth:`Collector.update` (one
-    collective) and the exact all-rank statistics of every matching name are
-    published as message-hub scalars ``train/<prefix>/<name>/<stat>``, so
-    mmengine's LoggerHook prints them and every visualizer backend
-    (LocalVisBackend's ``scalars.json``, TensorBoard...) records them.
+    All ranks call :meth:`Collector.update` (a collective) on the iterations
+    where LoggerHook writes a training line and at the end of every epoch,
+    so each publication covers exactly the iterations since the previous
+    one. The log line shows ``log_stats`` of every name; every statistic of
+    ``stats`` goes to the visualizers (``scalars.json``, TensorBoard) with
+    the iteration as step and to the message hub (``<prefix>/<name>/<stat>``
+    without mode). Where LoggerHook writes no line (its ``ignore_last``),
+    the hook writes the visualizers itself. See ``docs/logging.md``.
 
-    With ``by_epoch=True`` the epoch summary is logged by this hook with the
-    epoch as step, and stored in the message hub without the ``train/``
-    prefix (``<prefix>/<name>/<stat>``) so that LoggerHook's per-iteration
-    lines do not repeat it.
-
-    mmengine's LogProcessor averages keys matching its ``mean_pattern``
-    (``loss``, ``time``...) over its ``window_size`` past values; the hook
-    adds a ``custom_cfg`` entry ``method_name='current'`` for each such key
-    it publishes (unless ``custom_cfg`` already has one for it), so the log shows the statistics of the last interval
-    (e.g. the true ``max`` of the loss), not a mean of past maxima.
-
-    Values reported while a validation or test loop runs are kept apart (the
-    hook sets :func:`mmstats.stats.phase` to ``'val'``/``'test'``, which
-    prefixes reported names with ``val/``) and published when that loop
-    ends as ``val/<prefix>/val/<name>/<stat>`` (``test/...``), in the same
-    log line as the metrics. mmengine strips the mode from logged keys, so
-    they appear as ``<prefix>/val/<name>/<stat>``: never confused with the
-    training statistics of the same name.
+    Values reported while a validation or test loop runs are kept apart
+    (names prefixed ``val/``, ``test/``) and published when that loop ends.
 
     Args:
-        interval (int, optional): Publish every ``interval`` iterations.
-            None: the LoggerHook's interval (10 without a LoggerHook).
-            Ignored with ``by_epoch=True``. Defaults to None.
+        interval (int, optional): Publish every ``interval`` inner
+            iterations (LoggerHook's rule). None: the LoggerHook's interval
+            (10 without one). Ignored with ``by_epoch=True``. Defaults to
+            None.
         by_epoch (bool): One summary per epoch instead. Defaults to False.
         regex (str): Only names matching it (``re.fullmatch``) are published.
             Defaults to ``'.*'``.
         stats (Sequence[str]): Statistics to publish, from ``'num'``,
             ``'mean'``, ``'std'``, ``'min'``, ``'max'``, ``'nonfinite'``.
             Defaults to ``('mean', 'std', 'min', 'max')``.
-        prefix (str): Prefix of the published names. Defaults to
-            ``'stats'``.
+        log_stats (Sequence[str]): The subset of ``stats`` shown in the text
+            log line (keeps lines short). Defaults to ``('mean', )``.
+        prefix (str): Prefix of the published names. Defaults to 'stats'.
         collect_outputs (bool): Also report the losses that ``train_step``
-            returns, so the log shows their all-rank statistics, not rank
-            0's. Defaults to True.
+            returns (all-rank statistics instead of rank 0's). Defaults to
+            True.
+        collect_timing (bool): Report every rank's iteration ``time`` and
+            ``data_time`` (the log shows their max over ranks; the slowest
+            rank of the interval, the one with the largest summed
+            ``data_time``, goes to the visualizers as
+            ``<prefix>/data_time/slowest_rank``). Defaults to True.
         keep_previous (bool): Keep a name's previous values when it got no
             new ones. Defaults to True.
+        on_nonfinite (str): When a name got NaN/inf values in an interval:
+            ``'warn'`` (its ``nonfinite`` count joins the log line and one
+            warning names it), ``'raise'`` (every rank raises
+            ``FloatingPointError`` at the same iteration) or ``'ignore'``.
+            Defaults to ``'warn'``.
     """
 
-    priority = 'NORMAL'  # before LoggerHook (BELOW_NORMAL)
+    priority = 'NORMAL'  # after IterTimerHook, before LoggerHook
 
     def __init__(self,
                  interval: Optional[int] = None,
                  by_epoch: bool = False,
                  regex: str = '.*',
                  stats: Sequence[str] = ('mean', 'std', 'min', 'max'),
+                 log_stats: Sequence[str] = ('mean', ),
                  prefix: str = 'stats',
                  collect_outputs: bool = True,
-                 keep_previous: bool = True) -> None:
-        if interval is not None and (not isinstance(interval, int) or
-                                     isinstance(interval, bool)
+                 collect_timing: bool = True,
+                 keep_previous: bool = True,
+                 on_nonfinite: str = 'warn') -> None:
+        if interval is not None and (not isinstance(interval, int)
+                                     or isinstance(interval, bool)
                                      or interval <= 0):
             raise ValueError('StatsCollectorHook: interval must be None (the '
                              f'LoggerHook interval) or a positive int, got '
                              f'{interval!r}')
-        for name, flag in (('by_epoch', by_epoch), ('collect_outputs',
-                                                    collect_outputs),
+        for name, flag in (('by_epoch', by_epoch),
+                           ('collect_outputs', collect_outputs),
+                           ('collect_timing', collect_timing),
                            ('keep_previous', keep_previous)):
             if not isinstance(flag, bool):
-                raise TypeError(f'StatsCollectorHook: {name} must be a bool, '
-                                f'got {flag!r}')
-        if isinstance(stats, str) or not set(stats) <= set(STAT_NAMES) or \
-                not stats:
-            raise ValueError(f'StatsCollectorHook: stats must be a non-empty '
-                             f'list of {STAT_NAMES}, got {stats!r}')
+                raise TypeError(f'StatsCollectorHook: {name} must be a bool '
+                                f'(True or False), got {flag!r}')
+        for name, value in (('stats', stats), ('log_stats', log_stats)):
+            if isinstance(value, str) or not isinstance(
+                    value, Sequence) or not value or not set(value) <= set(
+                        STAT_NAMES):
+                raise ValueError(
+                    f'StatsCollectorHook: {name} must be a non-empty list '
+                    f'of {STAT_NAMES}, e.g. {name}=("mean",), got {value!r}')
+        if not set(log_stats) <= set(stats):
+            raise ValueError(f'StatsCollectorHook: log_stats {log_stats!r} '
+                             f'must be a subset of stats {stats!r}')
         if not isinstance(prefix, str) or not prefix:
             raise ValueError('StatsCollectorHook: prefix must be a non-empty '
                              f'str, got {prefix!r}')
+        if on_nonfinite not in NONFINITE_ACTIONS:
+            raise ValueError('StatsCollectorHook: on_nonfinite must be one of'
+                             f' {NONFINITE_ACTIONS}, got {on_nonfinite!r}')
+        if not isinstance(regex, str):
+            raise TypeError('StatsCollectorHook: regex must be a str, got '
+                            f'{type(regex).__name__}')
         try:
-            re.compile(regex)
-        except (re.error, TypeError) as e:
+            scoped = scope_inline_flags(regex)
+            re.compile(rf'^(?!val/|test/)(?:{scoped})$')
+        except re.error as e:
             raise ValueError(f'StatsCollectorHook: regex {regex!r} is not a '
-                             f'valid regular expression: {e}') from None
+                             f'valid regular expression ({e}); inline flags '
+                             'such as (?i) are allowed at its start') from None
         self.interval = interval
         self.by_epoch = by_epoch
         self.stats = tuple(stats)
+        self.log_stats = tuple(log_stats)
         self.prefix = prefix
         self.collect_outputs = collect_outputs
-        # one collector per phase; phase names are prefixed ('val/...')
+        self.collect_timing = collect_timing
+        self.on_nonfinite = on_nonfinite
         self.collectors = {
-            'train': Collector(rf'^(?!val/|test/)(?:{regex})$',
+            'train': Collector(rf'^(?!val/|test/)(?:{scoped})$',
                                keep_previous),
-            'val': Collector(rf'^val/(?:{regex})$', keep_previous),
-            'test': Collector(rf'^test/(?:{regex})$', keep_previous),
+            'val': Collector(rf'^val/(?:{scoped})$', keep_previous),
+            'test': Collector(rf'^test/(?:{scoped})$', keep_previous),
         }
-        self._previous_phase: Optional[str] = None  # restored on leaving
+        self._logger = None
+        self._previous_phase: Optional[str] = None
         self._seen_keys: set = set()
+        self._nonfinite_names: set = set()
+        self._time_sum = 0.0
 
     def before_run(self, runner) -> None:
+        self._logger = find_logger_hook(runner)
         if self.interval is None:
-            intervals = [h.interval for h in runner.hooks
-                         if isinstance(h, LoggerHook)]
-            self.interval = intervals[0] if intervals else DEFAULT_INTERVAL
+            self.interval = (self._logger.interval
+                             if self._logger else DEFAULT_INTERVAL)
 
-    def publish(self, mode: str) -> Dict[str, float]:
-        """Update the collector of ``mode`` (a collective on every rank) and
-        return ``{'<prefix>/<name>/<stat>': value}``."""
+    # -- publishing ------------------------------------------------------
+    def collect(self, mode: str) -> Dict[str, Dict[str, float]]:
+        """Update the collector of ``mode`` (a collective on every rank)
+        and return ``{name: {stat: value}}``."""
         collector = self.collectors[mode]
         collector.update()
+        return collector.as_dict()
+
+    def _check_nonfinite(self, runner, results: dict) -> None:
+        bad = {name: int(values['nonfinite'])
+               for name, values in results.items() if values['nonfinite']}
+        self._nonfinite_names.update(bad)
+        if not bad or self.on_nonfinite == 'ignore':
+            return
+        where = (f'iteration {runner.iter + 1}' if runner.iter is not None
+                 else 'this interval')
+        text = ', '.join(f'{name} ({count} NaN/inf)'
+                         for name, count in sorted(bad.items()))
+        message = (f'StatsCollectorHook: non-finite values reported at '
+                   f'{where} (since the previous publication, over all '
+                   f'ranks): {text}')
+        if self.on_nonfinite == 'raise':  # same data on every rank
+            raise FloatingPointError(message)
+        print_log(message, 'current', level=30)
+
+    def _scalars(self, results: dict, text: bool = False) -> dict:
+        """``{'<prefix>/<name>/<stat>': value}``: ``stats``, or the short
+        form of the log line (``log_stats``; max for timing) if ``text``."""
         scalars = {}
-        for name, values in collector.as_dict().items():
-            for stat in self.stats:
+        for name, values in results.items():
+            if text and name in TIMING_NAMES and 'max' in self.stats:
+                stats = ('max', )  # the slowest rank's iteration
+            else:
+                stats = self.log_stats if text else self.stats
+            for stat in stats:
                 value = values[stat]
                 if value == value:  # skip NaN: nothing reported yet
                     scalars[f'{self.prefix}/{name}/{stat}'] = value
+            if (self.on_nonfinite != 'ignore'
+                    and 'nonfinite' not in stats
+                    and name in self._nonfinite_names):
+                scalars[f'{self.prefix}/{name}/nonfinite'] = \
+                    values['nonfinite']
         return scalars
+
+    def _publish(self, runner, mode: str, logged: bool, step: int) -> None:
+        """Collect and check the statistics of ``mode``; the text ones go to
+        the message hub as ``<mode>/<key>`` for LoggerHook's line (if
+        ``logged``), all of them to the visualizers with ``step`` and to the
+        message hub without mode."""
+        results = self.collect(mode)
+        self._check_nonfinite(runner, results)
+        every = self._scalars(results)
+        if mode == 'train' and self.collect_timing:
+            slowest = self._slowest_rank()
+            if slowest is not None:
+                every[f'{self.prefix}/data_time/slowest_rank'] = slowest
+        for key, value in every.items():
+            runner.message_hub.update_scalar(key, value)
+        text = self._scalars(results, text=True)
+        # LoggerHook writes the text keys (from the hub) with the same step
+        rest = {k: v for k, v in every.items() if not (logged and k in text)}
+        if rest:
+            runner.visualizer.add_scalars(rest, step=step)
+        if logged:
+            self._to_message_hub(runner, mode, text)
 
     def _to_message_hub(self, runner, mode: str, scalars: dict) -> None:
         """Store ``scalars`` as ``<mode>/<key>`` for LoggerHook to log."""
         processor = getattr(runner, 'log_processor', None)
-        if not isinstance(processor, LogProcessor):
-            processor = None
         for key, value in scalars.items():
             runner.message_hub.update_scalar(f'{mode}/{key}', value)
             if key in self._seen_keys:
                 continue
             self._seen_keys.add(key)
-            if processor is not None and re.search(
+            if isinstance(processor, LogProcessor) and re.search(
                     processor.mean_pattern, key) and not any(
                         cfg.get('data_src') == key
                         for cfg in processor.custom_cfg):  # the user's wins
                 # log the interval's statistic, not a mean of past ones
                 processor.custom_cfg.append(
                     dict(data_src=key, method_name='current'))
+
+    def _slowest_rank(self) -> Optional[int]:
+        """The rank with the largest summed ``data_time`` since the previous
+        publication (two 1-element all_reduces; None on 1 rank). Under DDP
+        every rank's ``time`` includes waiting for the slowest one, so only
+        the time spent before the model's step can name it."""
+        total, self._time_sum = self._time_sum, 0.0
+        world = get_world_size()
+        if world == 1:
+            return None
+        device = get_comm_device()
+        mine = torch.tensor([total], dtype=torch.float64, device=device)
+        slowest = mine.clone()
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        rank = torch.tensor([get_rank() if bool(mine == slowest) else world],
+                            device=device)
+        dist.all_reduce(rank, op=dist.ReduceOp.MIN)
+        return int(rank)
 
     # -- training --------------------------------------------------------
     def after_train_iter(self,
@@ -157,38 +255,60 @@ class StatsCollectorHook(Hook):
         if self.collect_outputs and outputs:
             for name, value in outputs.items():
                 report(name, value)
-        if not self.by_epoch and self.every_n_train_iters(
-                runner, self.interval):
-            self._to_message_hub(runner, 'train', self.publish('train'))
+        if self.collect_timing:
+            self._report_timing(runner)
+        if self.by_epoch:
+            return
+        logger = self._logger
+        logged = logger is not None and logs_train_line(
+            runner, batch_idx, logger.interval, logger.ignore_last)
+        ours = logs_train_line(runner, batch_idx, self.interval, True)
+        epoch_end = (isinstance(runner.train_loop, EpochBasedTrainLoop)
+                     and batch_idx + 1 == len(runner.train_dataloader))
+        if logged or ours or epoch_end:
+            self._publish(runner, 'train', logged, step=runner.iter + 1)
+
+    def _report_timing(self, runner) -> None:
+        hub = runner.message_hub
+        for key in ('time', 'data_time'):
+            buffer = hub.log_scalars.get(f'train/{key}')
+            if buffer is not None:
+                value = float(buffer.current())
+                report(key, value)
+                if key == 'data_time':
+                    self._time_sum += value
 
     def after_train_epoch(self, runner) -> None:
         if not self.by_epoch:
             return
-        scalars = self.publish('train')
+        results = self.collect('train')
+        self._check_nonfinite(runner, results)
+        scalars = self._scalars(results)
         for key, value in scalars.items():
             runner.message_hub.update_scalar(key, value)
         if scalars:
             runner.visualizer.add_scalars(scalars, step=runner.epoch + 1)
-            runner.logger.info(f'Epoch(train) [{runner.epoch + 1}] ' +
-                               '  '.join(f'{k}: {v:.6g}'
-                                         for k, v in scalars.items()))
+            text = self._scalars(results, text=True)
+            runner.logger.info(f'Epoch(train) [{runner.epoch + 1}]  ' +
+                               '  '.join(f'{k}: {v:.4f}'
+                                         for k, v in text.items()))
 
     # -- validation and test ---------------------------------------------
-    def _enter(self, mode: str) -> None:
-        self._previous_phase = phase(mode)
-
     def _leave(self, runner, mode: str) -> None:
         phase(self._previous_phase)
-        self._to_message_hub(runner, mode, self.publish(mode))
+        # LoggerHook's step for the metrics of a val/test loop
+        by_epoch = self._logger is None or self._logger.log_metric_by_epoch
+        step = runner.epoch if by_epoch and mode == 'val' else runner.iter
+        self._publish(runner, mode, self._logger is not None, step)
 
     def before_val_epoch(self, runner) -> None:
-        self._enter('val')
+        self._previous_phase = phase('val')
 
     def after_val_epoch(self, runner, metrics=None) -> None:
         self._leave(runner, 'val')
 
     def before_test_epoch(self, runner) -> None:
-        self._enter('test')
+        self._previous_phase = phase('test')
 
     def after_test_epoch(self, runner, metrics=None) -> None:
         self._leave(runner, 'test')

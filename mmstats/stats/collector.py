@@ -72,10 +72,22 @@ class Collector:
                  regex: str = '.*',
                  keep_previous: bool = True,
                  group: Optional[Any] = None) -> None:
+        if not isinstance(regex, str):
+            raise TypeError('Collector: regex must be a str (a pattern that '
+                            f'names must fully match, e.g. ".*"), got '
+                            f'{type(regex).__name__}')
+        try:
+            compiled = re.compile(regex)
+        except re.error as e:
+            raise ValueError(f'Collector: regex {regex!r} is not a valid '
+                             f'regular expression: {e}') from None
+        if not isinstance(keep_previous, bool):
+            raise TypeError('Collector: keep_previous must be a bool (True or'
+                            f' False), got {keep_previous!r}')
         # Values reported before this collector exists belong to others.
         if LIVE_COLLECTORS:
             flush()
-        self._regex = re.compile(regex)
+        self._regex = compiled
         self._keep_previous = keep_previous
         self._group = group
         self._matches: Dict[str, bool] = {}

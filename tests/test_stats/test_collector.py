@@ -471,3 +471,23 @@ def test_distributed_constant_collectives():
             assert out[(size, 1)] == 1  # steady state: ONE all_gather
             assert out[(size, 2)] == 3  # a new name on some rank
             assert out[(size, 'num')] == (1., 1., size + 2)
+
+
+@pytest.mark.parametrize('kwargs, error, match', [
+    (dict(regex='['), ValueError, 'regex .* is not a valid'),
+    (dict(regex=None), TypeError, 'regex must be a str'),
+    (dict(keep_previous='no'), TypeError, 'keep_previous must be a bool'),
+    (dict(keep_previous=1), TypeError, 'keep_previous must be a bool'),
+])
+def test_bad_arguments_name_the_argument(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        Collector(**kwargs)
+    assert not reporting.LIVE_COLLECTORS  # nothing half-built stays alive
+
+
+def test_inline_flags_work():
+    c = Collector('(?i)loss')
+    report('LOSS', 1.0)
+    report('loss_x', 1.0)
+    c.update()
+    assert c.names() == ['LOSS']

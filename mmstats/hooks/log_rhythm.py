@@ -1,0 +1,52 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""When mmengine's LoggerHook writes a training line, and regex helpers.
+
+StatsCollectorHook publishes exactly where LoggerHook logs, so that a log
+line always shows the statistics of the iterations it covers (see
+``docs/logging.md``).
+"""
+import re
+from typing import Optional
+
+from mmengine.hooks import LoggerHook
+
+_GLOBAL_FLAGS = re.compile(r'\(\?([aiLmsux]+)\)')
+
+
+def find_logger_hook(runner) -> Optional[LoggerHook]:
+    """The runner's LoggerHook, or None."""
+    for hook in runner.hooks:
+        if isinstance(hook, LoggerHook):
+            return hook
+    return None
+
+
+def logs_train_line(runner, batch_idx: int, interval: int,
+                    ignore_last: bool) -> bool:
+    """Whether LoggerHook (with ``interval``, ``ignore_last``) writes a
+    training line after iteration ``batch_idx``.
+
+    The same rule as ``LoggerHook.after_train_iter``: every ``interval``
+    inner iterations (``batch_idx`` is the index within the epoch for
+    EpochBasedTrainLoop, the global iteration for IterBasedTrainLoop), and
+    at the last iteration of an epoch unless ``ignore_last`` and the epoch
+    is longer than the interval.
+    """
+    if (batch_idx + 1) % interval == 0:
+        return True
+    loader = runner.train_dataloader
+    return batch_idx + 1 == len(loader) and (not ignore_last
+                                             or len(loader) <= interval)
+
+
+def scope_inline_flags(regex: str) -> str:
+    """Turn leading global inline flags into scoped ones.
+
+    ``'(?i)loss'`` becomes ``'(?i:loss)'``, so the pattern can be embedded
+    in a larger one (Python rejects global flags that are not at the start
+    of the whole pattern).
+    """
+    match = _GLOBAL_FLAGS.match(regex)
+    if match is None:
+        return regex
+    return f'(?{match.group(1)}:{regex[match.end():]})'

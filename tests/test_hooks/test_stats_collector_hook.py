@@ -1,0 +1,363 @@
+"""StatsCollectorHook: build-time checks, interval logic (mocked Runner) and
+real Runners (1 and 2 gloo processes) checked against the raw values."""
+import json
+import math
+import os.path as osp
+import time
+from unittest.mock import MagicMock
+
+import numpy as np
+import pytest
+import torch
+from mmengine.hooks import Hook, LoggerHook
+from mmengine.registry import HOOKS as ROOT_HOOKS
+from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
+
+from mmstats import report
+from mmstats.hooks import StatsCollectorHook
+from mmstats.registry import HOOKS
+from mmstats.stats import reporting
+from tests.helpers.dist import run_distributed
+from tests.helpers.runner import gloo_launch, toy_cfg
+
+
+@pytest.fixture(autouse=True)
+def _no_pending_values():
+    reporting.reset()
+    yield
+    reporting.reset()
+
+
+# --------------------------------------------------------------- build time
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(interval=0), 'interval must be None'),
+    (dict(interval=2.5), 'interval must be None'),
+    (dict(by_epoch='no'), 'by_epoch must be a bool'),
+    (dict(by_epoch=0), 'by_epoch must be a bool'),
+    (dict(by_epoch=1.0), 'by_epoch must be a bool'),
+    (dict(stats=('mean', 'median')), 'stats must be a non-empty list'),
+    (dict(stats='mean'), 'stats must be a non-empty list'),
+    (dict(stats=None), 'stats must be a non-empty list'),
+    (dict(log_stats=('max', ), stats=('mean', )), 'must be a subset'),
+    (dict(regex='(unclosed'), 'regex .* is not a valid regular'),
+    (dict(regex=None), 'regex must be a str'),
+    (dict(prefix=''), 'prefix must be a non-empty str'),
+    (dict(on_nonfinite='stop'), 'on_nonfinite must be one of'),
+])
+def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        HOOKS.build(dict(type='StatsCollectorHook', **kwargs))
+
+
+def test_registered_and_runs_before_the_logger_hook():
+    from mmengine.runner.priority import get_priority
+    hook = ROOT_HOOKS.build(dict(type='mmstats.StatsCollectorHook'))
+    assert isinstance(hook, StatsCollectorHook)
+    assert get_priority(hook.priority) < get_priority(LoggerHook.priority)
+
+
+def test_inline_flags_in_regex():
+    hook = StatsCollectorHook(regex='(?i)loss', collect_timing=False)
+    report('LOSS', 1.0)
+    report('acc', 1.0)
+    assert list(hook.collect('train')) == ['LOSS']
+
+
+# ------------------------------------------------------ mocked-Runner logic
+def mock_runner(epoch_len, loop=EpochBasedTrainLoop, logger_interval=None,
+                ignore_last=True):
+    runner = MagicMock()
+    runner.train_loop = MagicMock(spec=loop)
+    runner.train_dataloader = list(range(epoch_len))
+    runner.hooks = []
+    if logger_interval:
+        runner.hooks = [LoggerHook(interval=logger_interval,
+                                   ignore_last=ignore_last)]
+    runner.message_hub.log_scalars = {}
+    published = []  # (step, every statistic): the hub keys without mode
+
+    def update_scalar(key, value):
+        if key.startswith(('train/', 'val/', 'test/')):
+            return
+        if not published or published[-1][0] != runner.iter + 1:
+            published.append((runner.iter + 1, {}))
+        published[-1][1][key] = value
+
+    runner.message_hub.update_scalar.side_effect = update_scalar
+    return runner, published
+
+
+def drive(hook, runner, iters, epoch_len):
+    values = []
+    for it in range(iters):
+        runner.iter = it
+        report('x', float(it))
+        values.append(float(it))
+        hook.after_train_iter(runner, it % epoch_len)
+    return values
+
+
+@pytest.mark.parametrize('loop, interval, ignore_last, expected', [
+    # 2 epochs of 23 iterations, LoggerHook every 10 inner iterations
+    (EpochBasedTrainLoop, None, True, [10, 20, 23, 33, 43, 46]),
+    (EpochBasedTrainLoop, None, False, [10, 20, 23, 33, 43, 46]),
+    (EpochBasedTrainLoop, 5, True, [5, 10, 15, 20, 23, 28, 33, 38, 43, 46]),
+    # iteration-based: global iterations (and LoggerHook's end_of_epoch)
+    (IterBasedTrainLoop, None, True, [10, 20, 30, 40]),
+])
+def test_publications_follow_logger_hook_and_epoch_ends(
+        loop, interval, ignore_last, expected):
+    hook = StatsCollectorHook(interval=interval, collect_outputs=False,
+                              collect_timing=False, stats=('mean', 'num'))
+    epoch_len = 23 if loop is EpochBasedTrainLoop else 1000
+    runner, published = mock_runner(epoch_len, loop, 10, ignore_last)
+    hook.before_run(runner)
+    values = drive(hook, runner, 46, epoch_len)
+    steps = [step for step, _ in published]
+    assert steps == expected
+    start = 0
+    for step, scalars in published:  # each covers exactly its iterations
+        window = values[start:step]
+        assert scalars['stats/x/num'] == len(window)
+        np.testing.assert_allclose(scalars['stats/x/mean'], np.mean(window),
+                                   rtol=1e-12)
+        start = step
+
+
+def test_no_logger_hook_publishes_every_10_iterations():
+    hook = StatsCollectorHook(collect_outputs=False, collect_timing=False)
+    runner, published = mock_runner(1000, IterBasedTrainLoop)
+    hook.before_run(runner)
+    drive(hook, runner, 25, 1000)
+    assert [step for step, _ in published] == [10, 20]
+
+
+def test_collect_outputs_reports_train_step_losses():
+    hook = StatsCollectorHook(interval=2, stats=('mean', 'num'),
+                              collect_timing=False)
+    runner, published = mock_runner(100, IterBasedTrainLoop)
+    hook.before_run(runner)
+    for it, loss in enumerate([0.5, 1.5]):
+        runner.iter = it
+        hook.after_train_iter(runner, it,
+                              outputs=dict(loss=torch.tensor(loss)))
+    assert published == [(2, {'stats/loss/mean': 1.0,
+                               'stats/loss/num': 2.0})]
+
+
+def test_values_reported_during_validation_are_kept_apart():
+    hook = StatsCollectorHook(interval=1, collect_outputs=False,
+                              collect_timing=False, stats=('mean', ))
+    runner, published = mock_runner(100, IterBasedTrainLoop, 1)
+    hook.before_run(runner)
+    runner.iter, runner.epoch = 0, 0
+    report('z', 1.0)
+    hook.before_val_epoch(runner)
+    report('z', 100.0)
+    hook.after_val_epoch(runner)
+    hook.after_train_iter(runner, 0)
+    hub = {c.args[0]: c.args[1]
+           for c in runner.message_hub.update_scalar.call_args_list}
+    assert hub['stats/val/z/mean'] == 100.0
+    assert hub['train/stats/z/mean'] == 1.0
+
+
+@pytest.mark.parametrize('action', ['warn', 'raise', 'ignore'])
+def test_nonfinite_actions(action, caplog):
+    hook = StatsCollectorHook(interval=2, collect_outputs=False,
+                              collect_timing=False, on_nonfinite=action)
+    runner, published = mock_runner(100, IterBasedTrainLoop, 2)
+    hook.before_run(runner)
+    runner.iter = 0
+    report('loss', 1.0)
+    hook.after_train_iter(runner, 0)
+    runner.iter = 1
+    report('loss', math.nan)
+    if action == 'raise':
+        with pytest.raises(FloatingPointError,
+                           match=r'iteration 2 .*loss \(1 NaN/inf\)'):
+            hook.after_train_iter(runner, 1)
+        return
+    hook.after_train_iter(runner, 1)
+    hub = {c.args[0]: c.args[1]
+           for c in runner.message_hub.update_scalar.call_args_list}
+    assert hub['train/stats/loss/mean'] == 1.0  # the finite values
+    if action == 'warn':
+        assert hub['train/stats/loss/nonfinite'] == 1.0  # in the log line
+    else:
+        assert 'train/stats/loss/nonfinite' not in hub
+
+
+# ------------------------------------------------------------ real Runners
+@ROOT_HOOKS.register_module(force=True)
+class LossRecorderHook(Hook):
+    """Keep every training loss this rank computed (and poison one)."""
+    priority = 'ABOVE_NORMAL'  # before StatsCollectorHook
+
+    def __init__(self, nan_at=None, nan_rank=1, sleep_rank=None):
+        self.losses = []
+        self.nan_at, self.nan_rank = nan_at, nan_rank
+        self.sleep_rank = sleep_rank
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        from mmengine.dist import get_rank
+        if get_rank() == self.sleep_rank:  # a slow data loader
+            time.sleep(0.05)
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        from mmengine.dist import get_rank
+        if runner.iter == self.nan_at and get_rank() == self.nan_rank:
+            outputs['loss'] = torch.tensor(math.nan)
+        self.losses.append(float(outputs['loss'].detach()))
+
+
+def read_scalars(runner) -> dict:
+    """scalars.json merged by step (our records and LoggerHook's)."""
+    path = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
+    merged = {}
+    for line in open(path):
+        record = json.loads(line)
+        merged.setdefault(record['step'], {}).update(record)
+    return merged
+
+
+def recorder(runner) -> LossRecorderHook:
+    return [h for h in runner.hooks if isinstance(h, LossRecorderHook)][0]
+
+
+def test_real_runner_23_iteration_epochs(tmp_path, clean_mmengine):
+    """Every published loss statistic covers exactly its iterations."""
+    cfg = toy_cfg(tmp_path, num_samples=23 * 16 - 5, log_interval=10,
+                  report_stats=True)
+    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook'),
+                        dict(type='LossRecorderHook')]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    losses = np.array(recorder(runner).losses)
+    assert len(losses) == 46
+    scalars = read_scalars(runner)
+    steps = sorted(s for s, r in scalars.items() if 'stats/loss/mean' in r)
+    assert steps == [10, 20, 23, 33, 43, 46]
+    start = 0
+    for step in steps:
+        window, record = losses[start:step], scalars[step]
+        for stat, ref in (('mean', window.mean()), ('std', window.std()),
+                          ('min', window.min()), ('max', window.max())):
+            np.testing.assert_allclose(record[f'stats/loss/{stat}'], ref,
+                                       rtol=1e-6, err_msg=f'{step} {stat}')
+        assert 'stats/model/feat_norm/std' in record
+        start = step
+    # the text line [2][10/23] (iteration 33) shows iterations 24-33
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    line = [ln for ln in log.splitlines() if '[2][10/23]' in ln][0]
+    shown = float(line.split('stats/loss/mean: ')[1].split()[0])
+    assert shown == pytest.approx(losses[23:33].mean(), abs=1e-4)
+    assert 'stats/loss/std' not in line  # compact text; json has all
+    assert 'stats/time/max' in line
+
+
+def test_real_runner_by_epoch(tmp_path, clean_mmengine):
+    cfg = toy_cfg(tmp_path, num_samples=23 * 16 - 5, log_interval=10)
+    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook',
+                             by_epoch=True),
+                        dict(type='LossRecorderHook')]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    losses = np.array(recorder(runner).losses)
+    scalars = read_scalars(runner)
+    for epoch in (1, 2):
+        np.testing.assert_allclose(
+            scalars[epoch]['stats/loss/mean'],
+            losses[23 * (epoch - 1):23 * epoch].mean(), rtol=1e-6)
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    line = [ln for ln in log.splitlines() if 'Epoch(train) [2]  ' in ln][0]
+    assert f'stats/loss/mean: {losses[23:].mean():.4f}' in line
+
+
+def test_real_runner_iteration_based_and_nonfinite_warning(
+        tmp_path, clean_mmengine, caplog):
+    cfg = toy_cfg(tmp_path, by_epoch=False, max_iters=8, log_interval=4)
+    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook'),
+                        dict(type='LossRecorderHook', nan_at=5, nan_rank=0)]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    losses = np.array(recorder(runner).losses)
+    scalars = read_scalars(runner)
+    assert sorted(s for s, r in scalars.items()
+                  if 'stats/loss/mean' in r) == [4, 8]
+    np.testing.assert_allclose(scalars[8]['stats/loss/mean'],
+                               np.nanmean(losses[4:8]), rtol=1e-6)
+    assert scalars[8]['stats/loss/nonfinite'] == 1
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    assert 'stats/loss/nonfinite: 1' in log
+    assert 'non-finite values reported at iteration 8' in log
+
+
+def test_tensorboard_backend_records_the_statistics(tmp_path,
+                                                    clean_mmengine):
+    pytest.importorskip('tensorboard')
+    from tensorboard.backend.event_processing.event_accumulator import \
+        EventAccumulator
+    cfg = toy_cfg(tmp_path, by_epoch=False, max_iters=4, log_interval=2,
+                  visualizer=dict(type='Visualizer', vis_backends=[
+                      dict(type='TensorboardVisBackend')]))
+    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook')]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    runner.visualizer.close()
+    events = EventAccumulator(osp.join(runner.log_dir, 'vis_data')).Reload()
+    for tag in ('stats/loss/mean', 'stats/loss/max'):
+        assert [e.step for e in events.Scalars(tag)] == [2, 4]
+
+
+# ------------------------------------------------------------ distributed
+def _train_rank(rank, world_size, work_dir, hook_args, on_nonfinite='warn'):
+    cfg = gloo_launch(toy_cfg(work_dir, by_epoch=False, max_iters=6,
+                              log_interval=3))
+    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook',
+                             on_nonfinite=on_nonfinite),
+                        dict(type='LossRecorderHook', **hook_args)]
+    runner = Runner.from_cfg(cfg)
+    try:
+        runner.train()
+    except FloatingPointError as e:
+        return dict(raised=str(e), iter=runner.iter)
+    hub = runner.message_hub
+    return dict(losses=recorder(runner).losses,
+                mean=list(hub.log_scalars['stats/loss/mean'].data[0]),
+                max=list(hub.log_scalars['stats/loss/max'].data[0]),
+                time_max=hub.get_scalar('stats/time/max').current(),
+                data_time_max=hub.get_scalar(
+                    'stats/data_time/max').current(),
+                slowest=hub.get_scalar(
+                    'stats/data_time/slowest_rank').current())
+
+
+def test_two_ranks_log_the_all_rank_statistics_and_the_slowest_rank(
+        tmp_path):
+    results = run_distributed(_train_rank, 2, str(tmp_path),
+                              dict(sleep_rank=1), timeout=240)
+    assert results[0]['mean'] == results[1]['mean']
+    assert results[0]['max'] == results[1]['max']
+    losses = np.array([r['losses'] for r in results])  # (rank, iter)
+    for window, (mean, mx) in enumerate(zip(results[0]['mean'],
+                                            results[0]['max'])):
+        values = losses[:, 3 * window:3 * window + 3]
+        np.testing.assert_allclose(mean, values.mean(), rtol=1e-6)
+        np.testing.assert_allclose(mx, values.max(), rtol=1e-6)
+    assert not np.allclose(losses[0], losses[1])  # ranks really differ
+    assert results[0]['slowest'] == results[1]['slowest'] == 1
+    assert results[0]['data_time_max'] >= 0.05  # rank 1's sleep
+    assert results[0]['time_max'] >= 0.05
+
+
+def test_nan_on_one_rank_raises_on_every_rank_at_the_same_iteration(
+        tmp_path):
+    results = run_distributed(_train_rank, 2, str(tmp_path),
+                              dict(nan_at=4, nan_rank=1), 'raise',
+                              timeout=240)
+    for result in results:
+        assert 'iteration 6' in result['raised']
+        assert 'loss (1 NaN/inf)' in result['raised']
+    assert results[0]['iter'] == results[1]['iter']
