@@ -1,6 +1,16 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-from ._old import (ESTIMATORS, check_args, preserve_rng_state,
-                   update_bn_stats)
+"""Precise BatchNorm: BN running statistics recomputed with frozen weights
+("Rethinking 'Batch' in BatchNorm", Wu & Johnson 2021).
 
-__all__ = ['ESTIMATORS', 'check_args', 'preserve_rng_state',
-           'update_bn_stats']
+Modules: :mod:`.estimators` (how batch statistics combine), :mod:`.recorder`
+(flat buffers behind the BN layers), :mod:`.batches` (feeding a batch),
+:mod:`.update` (:func:`update_bn_stats`).
+"""
+from .estimators import (ESTIMATORS, BatchAverageEstimator, Estimator,
+                         PopulationEstimator)
+from .update import check_args, preserve_rng_state, update_bn_stats
+
+__all__ = [
+    'update_bn_stats', 'check_args', 'preserve_rng_state', 'ESTIMATORS',
+    'Estimator', 'PopulationEstimator', 'BatchAverageEstimator'
+]

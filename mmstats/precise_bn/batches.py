@@ -1,0 +1,69 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Feeding one batch to a model and counting its samples."""
+from typing import Any, Optional
+
+import torch
+from mmengine.model import BaseModel
+from torch import Tensor, nn
+
+__all__ = ['count_samples', 'forward_batch']
+
+
+def count_samples(inputs: Any) -> int:
+    """Samples in a batch: first dim of a tensor or length of a list."""
+    if isinstance(inputs, Tensor):
+        return int(inputs.shape[0]) if inputs.dim() > 0 else 1
+    if isinstance(inputs, (list, tuple)):
+        return len(inputs)
+    if isinstance(inputs, dict) and inputs:
+        return count_samples(inputs.get('inputs',
+                                        next(iter(inputs.values()))))
+    raise TypeError('update_bn_stats cannot count the samples of a batch of '
+                    f'type {type(inputs).__name__}: a batch must be a tensor, '
+                    'a tuple/list whose first item is the input, or a dict')
+
+
+def _to_device(data: Any, device: torch.device) -> Any:
+    if isinstance(data, Tensor):
+        return data.to(device, non_blocking=True)
+    if isinstance(data, (list, tuple)):
+        return type(data)(_to_device(d, device) for d in data)
+    if isinstance(data, dict):
+        return {k: _to_device(v, device) for k, v in data.items()}
+    return data
+
+
+def forward_batch(model: nn.Module, batch: Any,
+                  device: Optional[torch.device]) -> int:
+    """Run one forward on ``batch``; return its number of samples.
+
+    An mmengine ``BaseModel`` gets ``model.data_preprocessor(batch, False)``
+    and ``model(**data, mode='tensor')``; a plain module gets a tensor batch
+    as is, ``batch[0]`` of a tuple/list and a dict as keyword arguments
+    (moved to ``device`` first).
+    """
+    if isinstance(model, BaseModel):
+        data = model.data_preprocessor(batch, False)
+        if isinstance(data, dict):
+            model(**data, mode='tensor')
+            return count_samples(data['inputs'] if 'inputs' in data else data)
+        if isinstance(data, (list, tuple)):
+            model(*data, mode='tensor')
+            return count_samples(data[0])
+        raise TypeError('update_bn_stats: the data_preprocessor returned a '
+                        f'{type(data).__name__}; expected a dict or tuple')
+    if device is not None and device.type != 'cpu':
+        batch = _to_device(batch, device)
+    if isinstance(batch, Tensor):
+        model(batch)
+        return count_samples(batch)
+    if isinstance(batch, (list, tuple)) and batch:
+        model(batch[0])
+        return count_samples(batch[0])
+    if isinstance(batch, dict):
+        model(**batch)
+        return count_samples(batch)
+    raise TypeError('update_bn_stats: a batch for a plain nn.Module must be '
+                    'a tensor, a non-empty tuple/list (the first item is fed '
+                    f'to the model) or a dict of kwargs; got '
+                    f'{type(batch).__name__}')

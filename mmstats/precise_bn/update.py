@@ -1,0 +1,286 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""update_bn_stats: recompute BN running statistics with frozen weights."""
+import logging
+import math
+import random
+import sys
+import time
+from contextlib import contextmanager, nullcontext
+from typing import (Any, Callable, ContextManager, Dict, Iterable, Iterator,
+                    List, Optional, Tuple)
+
+import numpy as np
+import torch
+from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
+from mmengine.utils import ProgressBar
+from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
+
+from mmstats.dist import get_rank, get_world_size, scaled_all_reduce
+from mmstats.stats import suspend_reporting
+from .batches import forward_batch
+from .estimators import ESTIMATORS
+from .recorder import BNRecorder, LayerGroup
+
+__all__ = ['update_bn_stats', 'check_args', 'preserve_rng_state']
+
+_OTHER_NORMS = tuple(
+    norm for norm in (nn.GroupNorm, _InstanceNorm, nn.LayerNorm,
+                      nn.LocalResponseNorm, getattr(nn, 'RMSNorm', None))
+    if norm is not None)
+# BatchNorm refuses a training batch with one value per channel
+_TOO_SMALL = 'Expected more than 1 value per channel'
+
+
+@contextmanager
+def preserve_rng_state() -> Iterator[None]:
+    """Restore the python, numpy, torch CPU (and initialised CUDA) random
+    states on exit (``torch.random.fork_rng`` for torch's)."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    devices = list(range(torch.cuda.device_count())) if cuda else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+
+def check_args(num_samples: Any, estimator: Any,
+               owner: str = 'update_bn_stats') -> None:
+    """Validate ``num_samples`` (a positive int) and ``estimator`` (a key of
+    :data:`ESTIMATORS`); ``owner`` is named in the error message."""
+    if (not isinstance(num_samples, int) or isinstance(num_samples, bool)
+            or num_samples <= 0):
+        raise ValueError(f'{owner}: num_samples must be a positive '
+                         f'int (samples over all ranks, e.g. 8192), got '
+                         f'{num_samples!r}')
+    if estimator not in ESTIMATORS:
+        raise ValueError(f'{owner}: estimator must be one of '
+                         f'{tuple(ESTIMATORS)}, got {estimator!r}')
+
+
+def _find_layers(model: nn.Module) -> Tuple[list, list, list, list]:
+    """(participating BN layers with names, frozen names, unaffected names,
+    other norms' running buffers with a copy to restore)."""
+    layers, frozen, unaffected, kept = [], [], [], []
+    for name, module in model.named_modules():
+        if isinstance(module, _BatchNorm):
+            if module.running_mean is None or module.running_var is None:
+                unaffected.append(name)
+            elif module.training:
+                layers.append((name, module))
+            else:
+                frozen.append(name)
+        elif isinstance(module, _OTHER_NORMS):
+            unaffected.append(name)
+            # e.g. InstanceNorm(track_running_stats=True) in training mode
+            kept += [(buf, buf.clone()) for key, buf in module._buffers.items()
+                     if buf is not None
+                     and key.startswith(('running_', 'num_batches'))]
+    return layers, frozen, unaffected, kept
+
+
+def _run_batches(model: nn.Module, loader: Iterable, recorder: BNRecorder,
+                 target: int, context: Callable, progress: bool,
+                 logger: Any) -> Tuple[int, int, Optional[BaseException]]:
+    """Forward batches until ``target`` samples were used on this rank;
+    return (samples, batches, the exception that stopped it or None)."""
+    seen = batches = 0
+    device = recorder.groups[0].device
+    bar = ProgressBar(target, file=sys.stdout) if progress else None
+    try:
+        iterator = iter(loader)
+        while seen < target:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                print_log(
+                    f'update_bn_stats: the loader ran out after {seen} '
+                    f'samples ({batches} batches) on rank {get_rank()}; '
+                    f'{target} were wanted: using what there is', logger,
+                    level=logging.WARNING)
+                break
+            try:
+                with context():
+                    size = forward_batch(model, batch, device)
+            except ValueError as e:  # e.g. a last batch of one sample
+                if _TOO_SMALL not in str(e):
+                    raise
+                recorder.counts[:] = [0] * len(recorder.counts)
+                print_log(f'update_bn_stats: skipped a batch too small for '
+                          f'BatchNorm ({e})', logger, level=logging.WARNING)
+                continue
+            recorder.accumulate()
+            seen, batches = seen + size, batches + 1
+            if bar is not None:
+                bar.update(size)
+    except Exception as exc:  # all ranks must still join the reduction
+        return seen, batches, exc
+    finally:
+        if bar is not None:
+            sys.stdout.write('\n')
+    return seen, batches, None
+
+
+def _reduce(recorder: BNRecorder, meta: Tensor, group: Any) -> None:
+    """Sum the accumulators and ``meta`` over the ranks, in place."""
+    world_size = get_world_size(group)
+    if world_size == 1:
+        return
+    tensors = [t for g in recorder.groups for t in (g.sums, g.weights)]
+    scaled_all_reduce(tensors + [meta], group=group)  # averages
+    for tensor in tensors + [meta]:
+        tensor.mul_(world_size)
+
+
+def _commit(recorder: BNRecorder, group: LayerGroup, mean: Tensor,
+            var: Tensor) -> Tuple[List[bool], Tensor, Tensor]:
+    """Write the new statistics in place into the original buffers of
+    ``group``'s layers (flat ops); return which layers were called and
+    their ``var_change`` and ``mean_change``."""
+    layers = recorder.layers[group.first:group.first + group.count]
+    chan = group.channel_layer
+    called = group.weights[0] > 0
+    old_mean = torch.cat([bn.running_mean for bn in layers]).double()
+    old_var = torch.cat([bn.running_var for bn in layers]).double()
+    zeros = torch.zeros(group.count, dtype=torch.float64, device=mean.device)
+    var_change = zeros.index_add(0, chan, (var - old_var).abs()) / \
+        zeros.index_add(0, chan, old_var.abs()).clamp_min(1e-30)
+    eps = torch.tensor([bn.eps for bn in layers], dtype=torch.float64,
+                       device=mean.device)[chan]
+    sizes = torch.tensor(group.sizes, dtype=torch.float64,
+                         device=mean.device)
+    mean_change = zeros.index_add(
+        0, chan, (mean - old_mean).abs() / (var + eps).sqrt()) / sizes
+    keep = ~called[chan]  # layers never called keep their statistics
+    new_mean = torch.where(keep, old_mean, mean).to(group.dtype)
+    new_var = torch.where(keep, old_var, var).to(group.dtype)
+    torch.split_with_sizes_copy(new_mean, group.sizes,
+                                out=[bn.running_mean for bn in layers])
+    torch.split_with_sizes_copy(new_var, group.sizes,
+                                out=[bn.running_var for bn in layers])
+    return called.tolist(), var_change[called], mean_change[called]
+
+
+@torch.no_grad()
+def update_bn_stats(
+        model: nn.Module,
+        data_loader: Iterable,
+        num_samples: int = 8192,
+        estimator: str = 'population',
+        forward_context: Optional[Callable[[], ContextManager]] = None,
+        progress: bool = True,
+        logger: Optional[Any] = None,
+        group: Optional[Any] = None) -> Dict[str, Any]:
+    """Recompute the running statistics of BatchNorm layers (precise BN).
+
+    Runs forwards with frozen weights over ``num_samples`` samples (over all
+    ranks of ``group``) and sets every BN layer in training mode that tracks
+    running stats to the statistics of all the values it saw; every rank
+    ends with the same statistics. Eval-mode BN layers and other norms are
+    left exactly alone, ``model.train()`` is never called, values passed to
+    :func:`mmstats.report` during the forwards are ignored, and the random
+    states are restored. On failure (on any rank) every buffer keeps its old
+    values and every rank raises. Design and limitations:
+    ``docs/precise_bn.md``.
+
+    Args:
+        model (nn.Module): The model (may be wrapped in DDP/MMDDP).
+        data_loader (Iterable): Yields batches; ``iter()`` is called once.
+            A ``BaseModel`` gets ``data_preprocessor(batch, False)`` and
+            ``mode='tensor'``; a plain module a tensor, ``batch[0]`` or
+            ``**batch``.
+        num_samples (int): Samples to use over all ranks (whole batches).
+            Defaults to 8192.
+        estimator (str): ``'population'`` (weighted by each batch's value
+            count) or ``'batch_average'`` (mmpretrain's). Defaults to
+            ``'population'``.
+        forward_context (Callable[[], ContextManager], optional): Called to
+            get a context entered around each forward (e.g. autocast).
+            Defaults to None.
+        progress (bool): Show a progress bar on rank 0 when stdout is a
+            terminal. Defaults to True.
+        logger (str | logging.Logger, optional): Where warnings go (mmengine
+            ``print_log``); None means ``'current'``. Defaults to None.
+        group (ProcessGroup, optional): Process group to reduce over.
+            Defaults to None (the default group).
+
+    Returns:
+        dict: ``num_layers``, ``num_samples`` and ``num_batches`` (used,
+        over all ranks), ``seconds``, ``var_change`` (mean over updated
+        layers of ``sum|var_new - var_old| / sum|var_old|``),
+        ``mean_change`` (mean over updated layers of the mean over channels
+        of ``|mean_new - mean_old| / sqrt(var_new + eps)``), ``estimator``
+        and the layer names ``updated``, ``skipped`` (never called),
+        ``frozen`` (eval mode) and ``unaffected_norms``.
+
+    Raises:
+        ValueError: Bad ``num_samples``/``estimator``, or no batch at all on
+            any rank.
+        RuntimeError: A forward failed on another rank.
+    """
+    check_args(num_samples, estimator)
+    start_time = time.perf_counter()
+    while is_model_wrapper(model) or isinstance(
+            model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+        model = model.module  # no collectives in the forwards
+    named, frozen, unaffected, kept = _find_layers(model)
+    summary: Dict[str, Any] = dict(
+        num_layers=0, num_samples=0, num_batches=0, seconds=0.0,
+        var_change=0.0, mean_change=0.0, estimator=estimator, updated=[],
+        skipped=[], frozen=frozen, unaffected_norms=unaffected)
+    if not named:
+        return summary
+    world_size = get_world_size(group)
+    recorder = BNRecorder([bn for _, bn in named], ESTIMATORS[estimator])
+    names = {id(bn): name for name, bn in named}
+    progress = progress and get_rank(group) == 0 and sys.stdout.isatty()
+    with preserve_rng_state(), suspend_reporting():
+        try:
+            recorder.install()
+            seen, batches, error = _run_batches(
+                model, data_loader, recorder,
+                math.ceil(num_samples / world_size), forward_context
+                or nullcontext, progress, logger or 'current')
+            recorder.fold()
+            meta = torch.tensor([float(error is not None), seen, batches],
+                                dtype=torch.float64,
+                                device=recorder.groups[0].device)
+            _reduce(recorder, meta, group)
+            failed, seen, batches = meta.tolist()
+            if error is not None:
+                raise error
+            if failed > 0:
+                raise RuntimeError(
+                    'update_bn_stats: a forward failed on another rank (see '
+                    'its log); BN statistics were left unchanged')
+            if batches == 0:
+                raise ValueError(
+                    'update_bn_stats: no batch at all on any rank (empty or '
+                    f'exhausted loader; num_samples={num_samples}, world '
+                    f'size {world_size}); BN statistics were left unchanged')
+            results = [recorder.statistics(g) for g in recorder.groups]
+        finally:
+            recorder.restore()
+            for buf, value in kept:
+                buf.copy_(value)
+        var_changes, mean_changes = [], []
+        for g, (mean, var) in zip(recorder.groups, results):
+            called, var_change, mean_change = _commit(recorder, g, mean, var)
+            layers = recorder.layers[g.first:g.first + g.count]
+            for bn, ok in zip(layers, called):
+                summary['updated' if ok else 'skipped'].append(names[id(bn)])
+            var_changes.append(var_change)
+            mean_changes.append(mean_change)
+    if summary['updated']:
+        summary['var_change'] = torch.cat(var_changes).mean().item()
+        summary['mean_change'] = torch.cat(mean_changes).mean().item()
+    summary.update(num_layers=len(summary['updated']),
+                   num_samples=int(round(seen)),
+                   num_batches=int(round(batches)),
+                   seconds=time.perf_counter() - start_time)
+    return summary

@@ -1,0 +1,92 @@
+"""Estimator formulas, the recorder's runs of equal batches, batches too
+small for BatchNorm, and the recording pause."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from mmstats import Collector, report, update_bn_stats
+from mmstats.precise_bn import BatchAverageEstimator, PopulationEstimator
+from mmstats.stats import reporting
+
+
+def test_estimator_formulas_against_numpy():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, size=n) for n in (5, 9, 2, 9)]
+    mean_sum = var_sum = mean_w = var_w = 0.0
+    for est in (PopulationEstimator, BatchAverageEstimator):
+        sums = np.zeros(4)
+        for x in batches:
+            w_mean, w_var = est.weights(len(x))
+            mu, v = x.mean(), x.var(ddof=1)
+            sums += [w_mean * mu, w_var * v + (
+                w_mean * mu * mu if est.needs_squares else 0), w_mean, w_var]
+        mean_sum, var_sum, mean_w, var_w = map(torch.tensor, sums)
+        mean, var = est.finalize(mean_sum, var_sum, mean_w, var_w)
+        if est is PopulationEstimator:  # every value, biased variance
+            union = np.concatenate(batches)
+            ref = (union.mean(), union.var())
+        else:  # equal-weight average of batch statistics
+            ref = (np.mean([x.mean() for x in batches]),
+                   np.mean([x.var(ddof=1) for x in batches]))
+        np.testing.assert_allclose([float(mean), float(var)], ref,
+                                   rtol=1e-12)
+    assert PopulationEstimator.weights(0) == (0.0, 0.0)
+    assert BatchAverageEstimator.weights(0) == (0.0, 0.0)
+
+
+def _population(model, batches):
+    """float64 population statistics of the BN input (Linear first)."""
+    x = torch.cat(batches).double()
+    h = x @ model[0].weight.double().t() + model[0].bias.double()
+    return h.mean(0), h.var(0, unbiased=False)
+
+
+@pytest.mark.parametrize('sizes', [[8, 8, 8, 3, 8, 8], [3, 8, 8], [8] * 5])
+def test_runs_of_equal_batches_are_exact(sizes):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.randn(n, 4, generator=gen) * 2 + 5 for n in sizes]
+    summary = update_bn_stats(model, batches, sum(sizes), progress=False)
+    assert summary['num_batches'] == len(sizes)
+    mean, var = _population(model, batches)
+    torch.testing.assert_close(model[1].running_mean.double(), mean,
+                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model[1].running_var.double(), var,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_one_sample_batch_is_skipped_not_fatal(caplog):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.randn(n, 4, generator=gen) for n in (8, 8, 1)]
+    summary = update_bn_stats(model, batches, 100, progress=False)
+    assert (summary['num_batches'], summary['num_samples']) == (2, 16)
+    mean, var = _population(model, batches[:2])
+    torch.testing.assert_close(model[1].running_var.double(), var,
+                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model[1].running_mean.double(), mean,
+                               rtol=1e-5, atol=1e-6)
+
+
+class _Reporting(nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        report('act', x)
+        return self.bn(x)
+
+
+def test_reports_inside_the_recomputation_reach_no_collector():
+    reporting.reset()
+    collector = Collector()
+    model = _Reporting()
+    model(torch.ones(2, 3))  # a training forward: counted
+    update_bn_stats(model, [torch.randn(4, 3)] * 3, 12, progress=False)
+    collector.update()
+    assert collector.num('act') == 6
