@@ -1,5 +1,6 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""When mmengine's LoggerHook writes a training line, and regex helpers.
+"""Helpers of StatsCollectorHook: when mmengine's LoggerHook writes a
+training line, inline regex flags, and the slowest rank of an interval.
 
 StatsCollectorHook publishes exactly where LoggerHook logs, so that a log
 line always shows the statistics of the iterations it covers (see
@@ -8,6 +9,9 @@ line always shows the statistics of the iterations it covers (see
 import re
 from typing import Optional
 
+import torch
+import torch.distributed as dist
+from mmengine.dist import get_comm_device, get_rank, get_world_size
 from mmengine.hooks import LoggerHook
 
 _GLOBAL_FLAGS = re.compile(r'\(\?([aiLmsux]+)\)')
@@ -50,3 +54,23 @@ def scope_inline_flags(regex: str) -> str:
     if match is None:
         return regex
     return f'(?{match.group(1)}:{regex[match.end():]})'
+
+
+def slowest_rank(seconds: float) -> Optional[int]:
+    """The rank whose ``seconds`` is the largest (the lowest such rank on a
+    tie), the same on every rank; None without distribution.
+
+    Two 1-element all_reduces (MAX of the times, then MIN of the ranks that
+    hold it): the cost does not grow with the world size.
+    """
+    world = get_world_size()
+    if world == 1:
+        return None
+    device = get_comm_device()
+    mine = torch.tensor([seconds], dtype=torch.float64, device=device)
+    largest = mine.clone()
+    dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+    candidate = get_rank() if bool(mine == largest) else world
+    rank = torch.tensor([candidate], device=device)
+    dist.all_reduce(rank, op=dist.ReduceOp.MIN)
+    return int(rank)

@@ -3,16 +3,14 @@
 import re
 from typing import Dict, Optional, Sequence, Union
 
-import torch
-import torch.distributed as dist
-from mmengine.dist import get_comm_device, get_rank, get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.runner import EpochBasedTrainLoop, LogProcessor
 
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
-from .log_rhythm import find_logger_hook, logs_train_line, scope_inline_flags
+from .log_rhythm import (find_logger_hook, logs_train_line,
+                         scope_inline_flags, slowest_rank)
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 DEFAULT_INTERVAL = 10
@@ -27,11 +25,11 @@ class StatsCollectorHook(Hook):
     All ranks call :meth:`Collector.update` (a collective) on the iterations
     where LoggerHook writes a training line and at the end of every epoch,
     so each publication covers exactly the iterations since the previous
-    one. The log line shows ``log_stats`` of every name; every statistic of
-    ``stats`` goes to the visualizers (``scalars.json``, TensorBoard) with
-    the iteration as step and to the message hub (``<prefix>/<name>/<stat>``
-    without mode). Where LoggerHook writes no line (its ``ignore_last``),
-    the hook writes the visualizers itself. See ``docs/logging.md``.
+    one. Every statistic of ``stats`` goes to the visualizers
+    (``scalars.json``, TensorBoard) with the iteration as step and to the
+    message hub, as ``<prefix>/<name>/<stat>``, at every publication; the
+    text line (where LoggerHook writes one) shows the short keys
+    ``<name>/<stat>`` of ``log_stats`` only. See ``docs/logging.md``.
 
     Values reported while a validation or test loop runs are kept apart
     (names prefixed ``val/``, ``test/``) and published when that loop ends.
@@ -171,9 +169,11 @@ class StatsCollectorHook(Hook):
         print_log(message, 'current', level=30)
 
     def _scalars(self, results: dict, text: bool = False) -> dict:
-        """``{'<prefix>/<name>/<stat>': value}``: ``stats``, or the short
-        form of the log line (``log_stats``; max for timing) if ``text``."""
+        """``{'<prefix>/<name>/<stat>': value}`` of ``stats``, or if
+        ``text`` the log line's ``{'<name>/<stat>': value}`` of
+        ``log_stats`` (max for timing; ``nonfinite`` where it was seen)."""
         scalars = {}
+        prefix = '' if text else f'{self.prefix}/'
         for name, values in results.items():
             if text and name in TIMING_NAMES and 'max' in self.stats:
                 stats = ('max', )  # the slowest rank's iteration
@@ -182,35 +182,33 @@ class StatsCollectorHook(Hook):
             for stat in stats:
                 value = values[stat]
                 if value == value:  # skip NaN: nothing reported yet
-                    scalars[f'{self.prefix}/{name}/{stat}'] = value
+                    scalars[f'{prefix}{name}/{stat}'] = value
             if (self.on_nonfinite != 'ignore'
                     and 'nonfinite' not in stats
                     and name in self._nonfinite_names):
-                scalars[f'{self.prefix}/{name}/nonfinite'] = \
-                    values['nonfinite']
+                scalars[f'{prefix}{name}/nonfinite'] = values['nonfinite']
         return scalars
 
     def _publish(self, runner, mode: str, logged: bool, step: int) -> None:
-        """Collect and check the statistics of ``mode``; the text ones go to
-        the message hub as ``<mode>/<key>`` for LoggerHook's line (if
-        ``logged``), all of them to the visualizers with ``step`` and to the
-        message hub without mode."""
+        """Collect and check the statistics of ``mode``: all of them to the
+        visualizers with ``step`` and to the message hub without mode; the
+        short text ones to the message hub as ``<mode>/<key>`` for
+        LoggerHook's line (if ``logged``)."""
         results = self.collect(mode)
         self._check_nonfinite(runner, results)
         every = self._scalars(results)
         if mode == 'train' and self.collect_timing:
-            slowest = self._slowest_rank()
+            total, self._time_sum = self._time_sum, 0.0
+            slowest = slowest_rank(total)
             if slowest is not None:
                 every[f'{self.prefix}/data_time/slowest_rank'] = slowest
         for key, value in every.items():
             runner.message_hub.update_scalar(key, value)
-        text = self._scalars(results, text=True)
-        # LoggerHook writes the text keys (from the hub) with the same step
-        rest = {k: v for k, v in every.items() if not (logged and k in text)}
-        if rest:
-            runner.visualizer.add_scalars(rest, step=step)
+        if every:
+            runner.visualizer.add_scalars(every, step=step)
         if logged:
-            self._to_message_hub(runner, mode, text)
+            self._to_message_hub(runner, mode,
+                                 self._scalars(results, text=True))
 
     def _to_message_hub(self, runner, mode: str, scalars: dict) -> None:
         """Store ``scalars`` as ``<mode>/<key>`` for LoggerHook to log."""
@@ -227,24 +225,6 @@ class StatsCollectorHook(Hook):
                 # log the interval's statistic, not a mean of past ones
                 processor.custom_cfg.append(
                     dict(data_src=key, method_name='current'))
-
-    def _slowest_rank(self) -> Optional[int]:
-        """The rank with the largest summed ``data_time`` since the previous
-        publication (two 1-element all_reduces; None on 1 rank). Under DDP
-        every rank's ``time`` includes waiting for the slowest one, so only
-        the time spent before the model's step can name it."""
-        total, self._time_sum = self._time_sum, 0.0
-        world = get_world_size()
-        if world == 1:
-            return None
-        device = get_comm_device()
-        mine = torch.tensor([total], dtype=torch.float64, device=device)
-        slowest = mine.clone()
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        rank = torch.tensor([get_rank() if bool(mine == slowest) else world],
-                            device=device)
-        dist.all_reduce(rank, op=dist.ReduceOp.MIN)
-        return int(rank)
 
     # -- training --------------------------------------------------------
     def after_train_iter(self,
@@ -289,8 +269,9 @@ class StatsCollectorHook(Hook):
         if scalars:
             runner.visualizer.add_scalars(scalars, step=runner.epoch + 1)
             text = self._scalars(results, text=True)
+            digits = getattr(runner.log_processor, 'num_digits', 4)
             runner.logger.info(f'Epoch(train) [{runner.epoch + 1}]  ' +
-                               '  '.join(f'{k}: {v:.4f}'
+                               '  '.join(f'{k}: {v:.{digits}f}'
                                          for k, v in text.items()))
 
     # -- validation and test ---------------------------------------------

@@ -159,7 +159,7 @@ def test_values_reported_during_validation_are_kept_apart():
     hub = {c.args[0]: c.args[1]
            for c in runner.message_hub.update_scalar.call_args_list}
     assert hub['stats/val/z/mean'] == 100.0
-    assert hub['train/stats/z/mean'] == 1.0
+    assert hub['train/z/mean'] == 1.0  # the text line's short key
 
 
 @pytest.mark.parametrize('action', ['warn', 'raise', 'ignore'])
@@ -181,11 +181,12 @@ def test_nonfinite_actions(action, caplog):
     hook.after_train_iter(runner, 1)
     hub = {c.args[0]: c.args[1]
            for c in runner.message_hub.update_scalar.call_args_list}
-    assert hub['train/stats/loss/mean'] == 1.0  # the finite values
+    assert hub['train/loss/mean'] == 1.0  # the finite values
+    assert hub['stats/loss/mean'] == 1.0
     if action == 'warn':
-        assert hub['train/stats/loss/nonfinite'] == 1.0  # in the log line
+        assert hub['train/loss/nonfinite'] == 1.0  # in the log line
     else:
-        assert 'train/stats/loss/nonfinite' not in hub
+        assert 'train/loss/nonfinite' not in hub
 
 
 # ------------------------------------------------------------ real Runners
@@ -194,10 +195,16 @@ class LossRecorderHook(Hook):
     """Keep every training loss this rank computed (and poison one)."""
     priority = 'ABOVE_NORMAL'  # before StatsCollectorHook
 
-    def __init__(self, nan_at=None, nan_rank=1, sleep_rank=None):
+    # three more names, as the digits demo reports (5 with the loss and
+    # model/feat_norm): x * loss for x in 0..3 per iteration
+    DEMO_NAMES = ('model/logit_margin', 'model/confidence', 'model/p_true')
+
+    def __init__(self, nan_at=None, nan_rank=1, sleep_rank=None,
+                 demo_names=False):
         self.losses = []
         self.nan_at, self.nan_rank = nan_at, nan_rank
         self.sleep_rank = sleep_rank
+        self.demo_names = demo_names
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         from mmengine.dist import get_rank
@@ -210,6 +217,9 @@ class LossRecorderHook(Hook):
         if runner.iter == self.nan_at and get_rank() == self.nan_rank:
             outputs['loss'] = torch.tensor(math.nan)
         self.losses.append(float(outputs['loss'].detach()))
+        if self.demo_names:
+            for name in self.DEMO_NAMES:
+                report(name, torch.arange(4.) * outputs['loss'].detach())
 
 
 def read_scalars(runner) -> dict:
@@ -231,7 +241,7 @@ def test_real_runner_23_iteration_epochs(tmp_path, clean_mmengine):
     cfg = toy_cfg(tmp_path, num_samples=23 * 16 - 5, log_interval=10,
                   report_stats=True)
     cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook'),
-                        dict(type='LossRecorderHook')]
+                        dict(type='LossRecorderHook', demo_names=True)]
     runner = Runner.from_cfg(cfg)
     runner.train()
     losses = np.array(recorder(runner).losses)
@@ -247,14 +257,32 @@ def test_real_runner_23_iteration_epochs(tmp_path, clean_mmengine):
             np.testing.assert_allclose(record[f'stats/loss/{stat}'], ref,
                                        rtol=1e-6, err_msg=f'{step} {stat}')
         assert 'stats/model/feat_norm/std' in record
+        margins = np.outer(window, np.arange(4.))  # what the hook reported
+        np.testing.assert_allclose(record['stats/model/p_true/std'],
+                                   margins.std(), rtol=1e-6)
         start = step
+    # LoggerHook's lines (ignore_last: none at 23, 46) carry the short keys
+    assert sorted(s for s, r in scalars.items()
+                  if 'loss/mean' in r) == [10, 20, 33, 43]
+    for step in (10, 20, 33, 43):
+        assert scalars[step]['loss/mean'] == pytest.approx(
+            scalars[step]['stats/loss/mean'], rel=1e-6)
     # the text line [2][10/23] (iteration 33) shows iterations 24-33
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
     line = [ln for ln in log.splitlines() if '[2][10/23]' in ln][0]
-    shown = float(line.split('stats/loss/mean: ')[1].split()[0])
+    line = line[line.index('Epoch(train)'):]
+    shown = float(line.split('  loss/mean: ')[1].split()[0])
     assert shown == pytest.approx(losses[23:33].mean(), abs=1e-4)
-    assert 'stats/loss/std' not in line  # compact text; json has all
-    assert 'stats/time/max' in line
+    assert 'loss/std' not in line  # compact text; json has all
+    for name in ('model/feat_norm', ) + LossRecorderHook.DEMO_NAMES:
+        assert f'  {name}/mean: ' in line
+    assert len(line) < 300, line  # 5 names and the timing maxima
+    # the max over ranks (1 here) of 10 iteration times >= their mean
+    time_mean = float(line.split('  time: ')[1].split()[0])
+    time_max = float(line.split('  time/max: ')[1].split()[0])
+    assert time_max >= time_mean
+    assert time_max == pytest.approx(scalars[33]['stats/time/max'],
+                                     abs=1e-4)
 
 
 def test_real_runner_by_epoch(tmp_path, clean_mmengine):
@@ -272,7 +300,7 @@ def test_real_runner_by_epoch(tmp_path, clean_mmengine):
             losses[23 * (epoch - 1):23 * epoch].mean(), rtol=1e-6)
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
     line = [ln for ln in log.splitlines() if 'Epoch(train) [2]  ' in ln][0]
-    assert f'stats/loss/mean: {losses[23:].mean():.4f}' in line
+    assert f'  loss/mean: {losses[23:].mean():.4f}' in line
 
 
 def test_real_runner_iteration_based_and_nonfinite_warning(
@@ -290,7 +318,7 @@ def test_real_runner_iteration_based_and_nonfinite_warning(
                                np.nanmean(losses[4:8]), rtol=1e-6)
     assert scalars[8]['stats/loss/nonfinite'] == 1
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
-    assert 'stats/loss/nonfinite: 1' in log
+    assert '  loss/nonfinite: 1.0000' in log
     assert 'non-finite values reported at iteration 8' in log
 
 
