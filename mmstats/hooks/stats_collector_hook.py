@@ -1,5 +1,5 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""StatsCollectorHook: publish :func:`mmstats.report` statistics to mmengine."""
+"""StatsCollectorHook: publish what :func:`mmstats.report` recorded."""
 import re
 from typing import Dict, Optional, Sequence, Union
 
@@ -9,8 +9,8 @@ from mmengine.runner import EpochBasedTrainLoop, LogProcessor
 
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
-from .log_rhythm import (find_logger_hook, logs_train_line,
-                         scope_inline_flags, slowest_rank)
+from .log_rhythm import (find_logger_hook, logs_train_line, scope_inline_flags,
+                         slowest_rank)
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 DEFAULT_INTERVAL = 10
