@@ -189,11 +189,11 @@ class StatsCollectorHook(Hook):
                 scalars[f'{prefix}{name}/nonfinite'] = values['nonfinite']
         return scalars
 
-    def _publish(self, runner, mode: str, logged: bool, step: int) -> None:
+    def _publish(self, runner, mode: str, logged: bool, step: int) -> dict:
         """Collect and check the statistics of ``mode``: all of them to the
         visualizers with ``step`` and to the message hub without mode; the
         short text ones to the message hub as ``<mode>/<key>`` for
-        LoggerHook's line (if ``logged``)."""
+        LoggerHook's line (if ``logged``). Returns the text ones."""
         results = self.collect(mode)
         self._check_nonfinite(runner, results)
         every = self._scalars(results)
@@ -206,9 +206,10 @@ class StatsCollectorHook(Hook):
             runner.message_hub.update_scalar(key, value)
         if every:
             runner.visualizer.add_scalars(every, step=step)
+        text = self._scalars(results, text=True)
         if logged:
-            self._to_message_hub(runner, mode,
-                                 self._scalars(results, text=True))
+            self._to_message_hub(runner, mode, text)
+        return text
 
     def _to_message_hub(self, runner, mode: str, scalars: dict) -> None:
         """Store ``scalars`` as ``<mode>/<key>`` for LoggerHook to log."""
@@ -261,14 +262,8 @@ class StatsCollectorHook(Hook):
     def after_train_epoch(self, runner) -> None:
         if not self.by_epoch:
             return
-        results = self.collect('train')
-        self._check_nonfinite(runner, results)
-        scalars = self._scalars(results)
-        for key, value in scalars.items():
-            runner.message_hub.update_scalar(key, value)
-        if scalars:
-            runner.visualizer.add_scalars(scalars, step=runner.epoch + 1)
-            text = self._scalars(results, text=True)
+        text = self._publish(runner, 'train', False, step=runner.epoch + 1)
+        if text:  # LoggerHook's number format
             digits = getattr(runner.log_processor, 'num_digits', 4)
             runner.logger.info(f'Epoch(train) [{runner.epoch + 1}]  ' +
                                '  '.join(f'{k}: {v:.{digits}f}'

@@ -127,6 +127,7 @@ def test_real_runner_by_epoch(tmp_path, clean_mmengine):
     cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook',
                              by_epoch=True),
                         dict(type='LossRecorderHook')]
+    cfg.log_processor = dict(by_epoch=True, num_digits=3)
     runner = Runner.from_cfg(cfg)
     runner.train()
     losses = np.array(recorder(runner).losses)
@@ -137,7 +138,12 @@ def test_real_runner_by_epoch(tmp_path, clean_mmengine):
             losses[23 * (epoch - 1):23 * epoch].mean(), rtol=1e-6)
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
     line = [ln for ln in log.splitlines() if 'Epoch(train) [2]  ' in ln][0]
-    assert f'  loss/mean: {losses[23:].mean():.4f}' in line
+    # LogProcessor's number format (num_digits=3), values of epoch 2
+    assert f'  loss/mean: {losses[23:].mean():.3f}' in line
+    time_max = line.split('  time/max: ')[1].split()[0]
+    assert time_max == f'{scalars[2]["stats/time/max"]:.3f}'
+    assert sorted(s for s, r in scalars.items()
+                  if 'stats/loss/mean' in r) == [1, 2]  # epochs as steps
 
 
 def test_real_runner_iteration_based_and_nonfinite_warning(
