@@ -162,7 +162,9 @@ def test_real_runner_iteration_based_and_nonfinite_warning(
     assert scalars[8]['stats/loss/nonfinite'] == 1
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
     assert '  loss/nonfinite: 1.0000' in log
-    assert 'non-finite values reported at iteration 8' in log
+    assert log.count('non-finite values reported') == 1  # one warning
+    assert ('non-finite values reported at iteration 8 (since the previous '
+            'publication, over all ranks): loss (1 NaN/inf)') in log
 
 
 def test_tensorboard_backend_records_the_statistics(tmp_path,
