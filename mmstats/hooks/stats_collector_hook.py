@@ -40,14 +40,16 @@ class StatsCollectorHook(Hook):
             (10 without one). Ignored with ``by_epoch=True``. Defaults to
             None.
         by_epoch (bool): One summary per epoch instead. Defaults to False.
-        regex (str): Only names matching it (``re.fullmatch``) are published.
+        regex (str): Only names matching it (``re.fullmatch``) are published;
+            inline flags such as ``'(?i)loss'`` are allowed at its start.
             Defaults to ``'.*'``.
         stats (Sequence[str]): Statistics to publish, from ``'num'``,
             ``'mean'``, ``'std'``, ``'min'``, ``'max'``, ``'nonfinite'``.
             Defaults to ``('mean', 'std', 'min', 'max')``.
         log_stats (Sequence[str]): The subset of ``stats`` shown in the text
             log line (keeps lines short). Defaults to ``('mean', )``.
-        prefix (str): Prefix of the published names. Defaults to 'stats'.
+        prefix (str): Prefix of the visualizer and message hub keys (the
+            text line's short keys have none). Defaults to 'stats'.
         collect_outputs (bool): Also report the losses that ``train_step``
             returns (all-rank statistics instead of rank 0's). Defaults to
             True.
