@@ -97,8 +97,9 @@ def report(runner: Runner) -> None:
     from analysis.plot_curves import plot_training_curves
     scalars = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
     plot = plot_training_curves(scalars)
-    # the evaluator's metrics, without StatsCollectorHook's statistics
-    stats_prefixes = tuple(f'val/{hook.prefix}/' for hook in runner.hooks
+    # the evaluator's metrics, without StatsCollectorHook's statistics (its
+    # log-line keys 'val/<name>/<stat>' are stored as 'val/val/<name>/...')
+    stats_prefixes = tuple('val/val/' for hook in runner.hooks
                            if isinstance(hook, StatsCollectorHook))
     acc = {
         key[len('val/'):]: buffer.current()
