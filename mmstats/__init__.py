@@ -8,12 +8,12 @@ process-wide torch state). Resuming mmengine checkpoints under
 :func:`mmstats.utils.allow_mmengine_checkpoints`.
 """
 from .dist import scaled_all_reduce
-from .hooks import PreciseBNHook, StatsCollectorHook
+from .hooks import ModuleStatsHook, PreciseBNHook, StatsCollectorHook
 from .precise_bn import update_bn_stats
 from .stats import Collector, report, report0
 from .version import __version__
 
 __all__ = [
     '__version__', 'report', 'report0', 'Collector', 'scaled_all_reduce',
-    'update_bn_stats', 'PreciseBNHook', 'StatsCollectorHook'
+    'update_bn_stats', 'ModuleStatsHook', 'PreciseBNHook', 'StatsCollectorHook'
 ]

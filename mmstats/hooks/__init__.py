@@ -1,5 +1,6 @@
 # Copyright (c) mmstats contributors. All rights reserved.
+from .module_stats_hook import ModuleStatsHook
 from .precise_bn_hook import PreciseBNHook
 from .stats_collector_hook import StatsCollectorHook
 
-__all__ = ['PreciseBNHook', 'StatsCollectorHook']
+__all__ = ['ModuleStatsHook', 'PreciseBNHook', 'StatsCollectorHook']

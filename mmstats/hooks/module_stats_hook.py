@@ -1,0 +1,298 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""ModuleStatsHook: per-module activation, gradient and update statistics
+on the iterations that end a publication interval (``docs/module_stats.md``).
+"""
+import re
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
+from mmengine.optim import OptimWrapper, OptimWrapperDict
+from mmengine.runner import EpochBasedTrainLoop
+from torch import nn
+
+from mmstats.registry import HOOKS
+from mmstats.stats import report
+from .log_rhythm import find_logger_hook, logs_train_line
+from .stats_collector_hook import DEFAULT_INTERVAL, StatsCollectorHook
+
+DATA_BATCH = Optional[Union[dict, tuple, list]]
+Params = List[torch.Tensor]
+
+
+def amp_grad_scale(optim_wrapper: OptimWrapper) -> Optional[torch.Tensor]:
+    """The loss scale the gradients are still multiplied by, or None.
+
+    ``AmpOptimWrapper.backward`` scales the loss by its ``loss_scaler`` (a
+    ``GradScaler``); its ``step`` unscales the gradients in place only if
+    ``clip_grad`` is set (``unscale_``), else inside ``scaler.step``. The
+    scale is read as a device tensor (no host sync).
+    """
+    scaler = getattr(optim_wrapper, 'loss_scaler', None)
+    if scaler is None or not scaler.is_enabled():
+        return None
+    state = scaler._per_optimizer_states.get(id(optim_wrapper.optimizer))
+    if state is not None and state['stage'].name == 'UNSCALED':
+        return None  # the user already called unscale_ in this step
+    return scaler._get_scale_async()
+
+
+def _norm(tensors: Params) -> torch.Tensor:
+    """The L2 norm of all elements of ``tensors`` (float64, on device)."""
+    norms = torch._foreach_norm([t.detach() for t in tensors])
+    return torch.linalg.vector_norm(torch.stack(norms).double())
+
+
+@HOOKS.register_module()
+class ModuleStatsHook(Hook):
+    """Report activation, gradient and update statistics of the modules
+    whose names match ``modules``, on the iterations where the statistics
+    are published.
+
+    For every matching module (``re.fullmatch`` on the names of the model's
+    ``named_modules()``, DDP unwrapped) it reports, through
+    :func:`mmstats.report`:
+
+    - ``<prefix>/<name>/act``: every element of the floating-point output
+      tensor(s) of the module's forward;
+    - ``<prefix>/<name>/grad_norm``: the L2 norm of the gradients of the
+      module's parameters (recursively) that have one, when the optimizer
+      steps (after DDP's reduction and AMP unscaling, before the step);
+    - ``<prefix>/<name>/weight_norm``: the L2 norm of its parameters after
+      the step;
+    - ``<prefix>/<name>/update_ratio``: ``||w_after - w_before|| /
+      ||w_before||`` over the parameters that have a gradient;
+    - ``<prefix>/instrument_ms``: the host time spent by the
+      instrumentation on that iteration.
+
+    Forward hooks are attached only on the iteration after which
+    StatsCollectorHook publishes (the one whose LoggerHook line shows
+    them) and the optimizer wrapper's ``step`` is wrapped only on the
+    iteration of the last optimizer step up to it (the same one without
+    gradient accumulation); both are removed afterwards. Modules without
+    gradients (frozen) get no ``grad_norm``/``update_ratio``.
+
+    Args:
+        modules (str): Regular expression matched (``re.fullmatch``) against
+            the model's module names, e.g. ``r'backbone\\.layer\\d'``.
+        prefix (str): Prefix of the reported names. Defaults to 'modules'.
+    """
+
+    priority = 'ABOVE_NORMAL'  # report before StatsCollectorHook publishes
+
+    def __init__(self, modules: str, prefix: str = 'modules') -> None:
+        if not isinstance(modules, str) or not modules:
+            raise TypeError('ModuleStatsHook: modules must be a non-empty '
+                            'regular expression (str) matched against the '
+                            f"model's module names, got {modules!r}")
+        try:
+            self.pattern = re.compile(modules)
+        except re.error as e:
+            raise ValueError(f'ModuleStatsHook: modules={modules!r} is not a '
+                             f'valid regular expression ({e})') from None
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError('ModuleStatsHook: prefix must be a non-empty '
+                             f'str, got {prefix!r}')
+        self.modules = modules
+        self.prefix = prefix
+        self.targets: Dict[str, nn.Module] = {}
+        self._collector_hook: Optional[StatsCollectorHook] = None
+        self._logger = None
+        self._interval = DEFAULT_INTERVAL
+        self._handles: list = []
+        self._patched: List[Tuple[OptimWrapper, Optional[Callable]]] = []
+        self._cost = 0.0
+        self._instrumented = False
+
+    # -- setup -----------------------------------------------------------
+    def before_train(self, runner) -> None:
+        model = runner.model.module if is_model_wrapper(
+            runner.model) else runner.model
+        self.targets = {
+            name: module
+            for name, module in model.named_modules()
+            if name and self.pattern.fullmatch(name)
+        }
+        if not self.targets:
+            names = [n for n, _ in model.named_modules() if n]
+            shown = ', '.join(names[:12]) + (', ...' if len(names) > 12
+                                             else '')
+            raise ValueError(
+                f'ModuleStatsHook: modules={self.modules!r} matches no '
+                f'module name of {type(model).__name__} (re.fullmatch); '
+                f'its modules are: {shown}')
+        self._collector_hook = next((h for h in runner.hooks
+                                     if isinstance(h, StatsCollectorHook)),
+                                    None)
+        self._logger = find_logger_hook(runner)
+        if self._collector_hook is not None:
+            self._interval = self._collector_hook.interval
+        elif self._logger is not None:
+            self._interval = self._logger.interval
+        if self._collector_hook is None:
+            print_log(
+                'ModuleStatsHook: no StatsCollectorHook in custom_hooks: '
+                'the statistics are reported but only a Collector of yours '
+                'publishes them', 'current', level=30)
+        if isinstance(runner.optim_wrapper, OptimWrapperDict):
+            print_log(
+                'ModuleStatsHook: several optimizers (OptimWrapperDict): '
+                'only activations are reported', 'current', level=30)
+
+    # -- when ------------------------------------------------------------
+    def publishes_after(self, runner, batch_idx: int) -> bool:
+        """Whether the statistics are published after iteration
+        ``batch_idx`` (StatsCollectorHook's rule: where LoggerHook writes a
+        line, every ``interval`` iterations, at the end of every epoch)."""
+        loader_len = len(runner.train_dataloader)
+        epoch_end = (isinstance(runner.train_loop, EpochBasedTrainLoop)
+                     and batch_idx + 1 == loader_len)
+        collector = self._collector_hook
+        if epoch_end or (collector is not None and collector.by_epoch):
+            return epoch_end
+        logger = self._logger
+        if logger is not None and logs_train_line(
+                runner, batch_idx, logger.interval, logger.ignore_last):
+            return True
+        return logs_train_line(runner, batch_idx, self._interval, True)
+
+    def _steps_for_publication(self, runner, batch_idx: int,
+                               optim_wrapper: OptimWrapper) -> bool:
+        """Whether the optimizer steps in iteration ``batch_idx`` and it is
+        the last step up to a publication (gradient accumulation: a
+        publication within the next ``accumulative_counts`` iterations)."""
+        if not optim_wrapper.should_sync():  # no step in this iteration
+            return False
+        counts = optim_wrapper._accumulative_counts
+        if isinstance(runner.train_loop, EpochBasedTrainLoop):
+            last = len(runner.train_dataloader) - 1  # always publishes
+            if batch_idx + counts - 1 >= last:
+                return True
+        return any(
+            self.publishes_after(runner, batch_idx + ahead)
+            for ahead in range(counts))
+
+    # -- instrumentation -------------------------------------------------
+    def before_train_iter(self,
+                          runner,
+                          batch_idx: int,
+                          data_batch: DATA_BATCH = None) -> None:
+        start = time.perf_counter()
+        optim_wrapper = runner.optim_wrapper
+        if isinstance(optim_wrapper, OptimWrapper) and (
+                self._steps_for_publication(runner, batch_idx,
+                                            optim_wrapper)):
+            self._patch_step(optim_wrapper)
+        if self.publishes_after(runner, batch_idx):
+            self._attach_forward_hooks()
+        self._instrumented = bool(self._handles or self._patched)
+        if self._instrumented:
+            self._cost = time.perf_counter() - start
+
+    def after_train_iter(self,
+                         runner,
+                         batch_idx: int,
+                         data_batch: DATA_BATCH = None,
+                         outputs: Optional[dict] = None) -> None:
+        if not self._instrumented:
+            return
+        start = time.perf_counter()
+        self.remove()
+        self._instrumented = False
+        self._cost += time.perf_counter() - start
+        report(f'{self.prefix}/instrument_ms', self._cost * 1e3)
+
+    def after_train(self, runner) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        """Detach every forward hook and restore every wrapped ``step``."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        for optim_wrapper, own_step in self._patched:
+            if own_step is None:
+                del optim_wrapper.step  # the class's step shows again
+            else:
+                optim_wrapper.step = own_step
+        self._patched.clear()
+
+    def _attach_forward_hooks(self) -> None:
+        for name, module in self.targets.items():
+            key = f'{self.prefix}/{name}/act'
+            self._handles.append(
+                module.register_forward_hook(self._make_forward_hook(key)))
+
+    def _make_forward_hook(self, key: str):
+
+        def forward_hook(module, args, output) -> None:
+            start = time.perf_counter()
+            for tensor in _floating_tensors(output):
+                report(key, tensor.detach())
+            self._cost += time.perf_counter() - start
+
+        return forward_hook
+
+    def _patch_step(self, optim_wrapper: OptimWrapper) -> None:
+        """Wrap ``optim_wrapper.step`` (an instance attribute, deleted by
+        :meth:`remove`) with the gradient and update statistics."""
+        original = optim_wrapper.step
+        own_step = vars(optim_wrapper).get('step')  # an instance patch
+
+        def step(**kwargs) -> None:
+            start = time.perf_counter()
+            before = self._report_grads(optim_wrapper)
+            self._cost += time.perf_counter() - start
+            original(**kwargs)
+            start = time.perf_counter()
+            self._report_updates(before)
+            self._cost += time.perf_counter() - start
+
+        optim_wrapper.step = step
+        self._patched.append((optim_wrapper, own_step))
+
+    def _report_grads(
+            self, optim_wrapper: OptimWrapper
+    ) -> Dict[str, Tuple[Params, Params]]:
+        """Report the gradient norms; return ``{name: (params with a
+        gradient, their values before the step)}``."""
+        scale = amp_grad_scale(optim_wrapper)
+        before = {}
+        for name, module in self.targets.items():
+            params = [p for p in module.parameters() if p.grad is not None]
+            if not params:  # frozen, or unused in this iteration
+                continue
+            norm = _norm([p.grad for p in params])
+            if scale is not None:
+                norm = norm / scale.double()
+            report(f'{self.prefix}/{name}/grad_norm', norm)
+            before[name] = (params, [p.detach().clone() for p in params])
+        return before
+
+    def _report_updates(self,
+                        before: Dict[str, Tuple[Params, Params]]) -> None:
+        for name, module in self.targets.items():
+            params = list(module.parameters())
+            if params:
+                report(f'{self.prefix}/{name}/weight_norm', _norm(params))
+            if name not in before:
+                continue
+            params, old = before[name]
+            delta = torch._foreach_sub([p.detach() for p in params], old)
+            ratio = _norm(delta) / _norm(old)
+            report(f'{self.prefix}/{name}/update_ratio', ratio)
+
+
+def _floating_tensors(output) -> Sequence[torch.Tensor]:
+    """The floating-point tensors of a module's output (tensor, tuple, list
+    or dict, nested)."""
+    if isinstance(output, torch.Tensor):
+        return [output] if output.is_floating_point() else []
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        return [t for item in output for t in _floating_tensors(item)]
+    return []
