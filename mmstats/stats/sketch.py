@@ -102,12 +102,13 @@ class LogBuckets:
             Tensor: ``(size, )`` float64 counts on ``values.device``.
         """
         x = values.detach().reshape(-1).to(_F64)
-        key = torch.ceil(torch.log(x.abs()) * self.multiplier)
-        # 0 -> -inf -> min_key (then multiplied by sign 0); NaN stays NaN
-        offset = key.clamp(self.min_key, self.max_key) - (self.min_key - 1)
-        index = torch.sign(x) * offset + self.zero_index
-        # non-finite values go to a spare last slot, dropped below
-        index = torch.where(torch.isfinite(x), index, float(self.size))
+        # 1-based bucket of |x| within its sign: ceil(log_gamma |x|) less
+        # (min_key - 1), clamped (0 -> log 0 = -inf -> 1, times sign 0)
+        offset = x.abs().log_().mul_(self.multiplier).sub_(
+            self.min_key - 1).ceil_().clamp_(1, self.num_buckets)
+        # x * 0 is NaN exactly for NaN / inf values: a spare last slot
+        index = torch.addcmul(x * 0. + self.zero_index, torch.sign(x),
+                              offset).nan_to_num_(float(self.size))
         counts = torch.zeros(self.size + 1, dtype=_F64, device=x.device)
         ones = torch.ones(1, dtype=_F64, device=x.device).expand(x.numel())
         counts.index_add_(0, index.long(), ones)
@@ -135,9 +136,9 @@ class LogBuckets:
             finite = np.isfinite(x)
             if not finite.all():
                 x, seg = x[finite], seg[finite]
-            key = np.ceil(np.log(np.abs(x)) * self.multiplier)
-            offset = np.clip(key, self.min_key,
-                             self.max_key) - (self.min_key - 1)
+            offset = np.clip(
+                np.ceil(np.log(np.abs(x)) * self.multiplier -
+                        (self.min_key - 1)), 1, self.num_buckets)
             index = np.sign(x) * offset + self.zero_index
         flat = seg * self.size + index.astype(np.int64)
         counts = np.bincount(flat, minlength=groups * self.size)
