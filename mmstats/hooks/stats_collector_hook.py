@@ -176,7 +176,10 @@ class StatsCollectorHook(Hook):
         ``log_stats`` (max for timing; ``nonfinite`` where it was seen)."""
         scalars = {}
         prefix = '' if text else f'{self.prefix}/'
-        for name, values in results.items():
+        # timing first: next to LoggerHook's time and data_time (rank 0's)
+        order = {name: i for i, name in enumerate(TIMING_NAMES)}
+        for name in sorted(results, key=lambda n: order.get(n, len(order))):
+            values = results[name]
             if text and name in TIMING_NAMES and 'max' in self.stats:
                 stats = ('max', )  # the slowest rank's iteration
             else:

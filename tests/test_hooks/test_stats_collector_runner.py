@@ -4,6 +4,7 @@ the iterations it covers."""
 import json
 import math
 import os.path as osp
+import re
 import time
 
 import numpy as np
@@ -114,6 +115,9 @@ def test_real_runner_23_iteration_epochs(tmp_path, clean_mmengine):
     for name in ('model/feat_norm', ) + LossRecorderHook.DEMO_NAMES:
         assert f'  {name}/mean: ' in line
     assert len(line) < 300, line  # 5 names and the timing maxima
+    # the maxima over ranks follow rank 0's time, data_time (and loss)
+    assert re.search(r'  time: \S+  data_time: \S+  loss: \S+  '
+                     r'time/max: \S+  data_time/max: ', line), line
     # the max over ranks (1 here) of 10 iteration times >= their mean
     time_mean = float(line.split('  time: ')[1].split()[0])
     time_max = float(line.split('  time/max: ')[1].split()[0])
