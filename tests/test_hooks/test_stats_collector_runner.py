@@ -270,3 +270,18 @@ def test_two_ranks_epoch_based_publications_cover_their_iterations(
         start = step
     assert not np.allclose(losses[0], losses[1])
     assert sorted(s for s, r in scalars.items() if 'loss/mean' in r) == [2, 5]
+
+
+def _slowest(rank, world_size, cases):
+    from mmstats.hooks.log_rhythm import slowest_rank
+    return [slowest_rank(seconds[rank]) for seconds in cases]
+
+
+def test_slowest_rank_agrees_on_every_rank_ties_go_to_the_lowest():
+    from mmstats.hooks.log_rhythm import slowest_rank
+    assert slowest_rank(1.0) is None  # not distributed
+    cases = [(0.1, 0.3, 0.2), (5.0, 0.0, 5.0), (0.0, 0.0, 0.0),
+             (1e-6, 2e-6, 0.0), (3600.0, 3599.999999, 0.5)]
+    results = run_distributed(_slowest, 3, cases, timeout=120)
+    expected = [int(np.argmax(seconds)) for seconds in cases]
+    assert results == [expected] * 3
