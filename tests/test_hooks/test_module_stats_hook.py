@@ -284,7 +284,8 @@ def test_amp_gradients_are_unscaled():
     reference = _toy()
     reference.load_state_dict(model.state_dict())
     reference(x).square().sum().backward()
-    expected = _norm([p.grad.double().numpy() for p in reference[0].parameters()])
+    expected = _norm(
+        [p.grad.double().numpy() for p in reference[0].parameters()])
     with patch('mmengine.optim.optimizer.amp_optimizer_wrapper.'
                'is_cuda_available', return_value=True):
         wrapper = AmpOptimWrapper(

@@ -1,18 +1,36 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Plot StatsCollectorHook statistics from a work dir's scalars.json.
+"""Plot the statistics of a run from its scalars.json.
 
-    python tools/analysis/plot_stats.py WORK_DIR --keys loss model/feat_norm
+    python tools/analysis/plot_stats.py WORK_DIR [--keys loss model/feat_norm]
+        [--modules-prefix modules] [--log-loss] [--out PNG]
 
-For each key, draws the mean with a +-std band and the min/max over steps
-(iterations; epochs for by-epoch and validation summaries), one panel per
-key, into a PNG.
+Writes ``stats.png`` (one panel per reported name: the p50 line in a p1-p99
+band where StatsCollectorHook published quantiles, the mean in a mean+-std
+band otherwise, with min/max) and, when ModuleStatsHook ran,
+``modules.png`` (heat maps modules x iterations of activation scale,
+gradient norm and update ratio on a log colour scale). Each panel's x axis
+says what it counts (iteration, or epoch for per-epoch summaries and
+validation), legends sit outside the axes, losses spanning more than a
+decade are drawn on a log axis (or always with ``--log-loss``) and bands
+never leave the range of the values (nor [0, 1] for bounded quantities).
 """
 import argparse
 import glob
 import os.path as osp
+import re
 import sys
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from plot_curves import Series, load_scalars  # noqa: E402
+
+QUANTILE = re.compile(r'p(\d{1,2}(?:\.\d+)?)$')
+BASE_STATS = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
+MODULE_PANELS = (('act', 'activation scale (rms)'),
+                 ('grad_norm', 'gradient norm'),
+                 ('update_ratio', 'update ratio ||dw|| / ||w||'))
 
 
 def find_scalars(work_dir: str) -> str:
@@ -28,55 +46,215 @@ def find_scalars(work_dir: str) -> str:
     return found[-1]
 
 
+def epoch_units(scalars_path: str) -> Tuple[bool, bool]:
+    """``(validation per epoch, training statistics per epoch)`` from the
+    run's ``config.py`` beside ``scalars.json`` (both False without it)."""
+    path = osp.join(osp.dirname(scalars_path), 'config.py')
+    if not osp.isfile(path):
+        return False, False
+    from mmengine.config import Config
+    cfg = Config.fromfile(path, import_custom_modules=False)
+    train_cfg = cfg.get('train_cfg') or {}
+    epoch_loop = bool(train_cfg.get('by_epoch')) or 'Epoch' in str(
+        train_cfg.get('type', ''))
+    val_by_epoch = epoch_loop and (cfg.get('default_hooks') or {}).get(
+        'logger', {}).get('log_metric_by_epoch', True)
+    stats_by_epoch = any(
+        str(h.get('type', '')).endswith('StatsCollectorHook')
+        and h.get('by_epoch', False) for h in cfg.get('custom_hooks', []))
+    return bool(val_by_epoch), stats_by_epoch
+
+
+def reported_names(series: Series, prefix: str) -> Dict[str, List[str]]:
+    """``{name: [stat, ...]}`` of the keys ``<prefix>/<name>/<stat>``."""
+    names: Dict[str, List[str]] = {}
+    for key in series:
+        if not key.startswith(prefix + '/'):
+            continue
+        name, _, stat = key[len(prefix) + 1:].rpartition('/')
+        if name and (stat in BASE_STATS or QUANTILE.match(stat)):
+            names.setdefault(name, []).append(stat)
+    return names
+
+
+def _get(series: Series, key: str) -> Optional[Tuple[np.ndarray,
+                                                     np.ndarray]]:
+    if key not in series:
+        return None
+    steps, values = series[key]
+    return np.asarray(steps, float), np.asarray(values, float)
+
+
+def draw_name(ax, series: Series, prefix: str, name: str, x_label: str,
+              log_y: Optional[bool] = None) -> None:
+    """One panel: quantile bands if published, else mean+-std clipped to
+    the values' range (and to [0, 1] when every value lies in it)."""
+    from matplotlib.ticker import MaxNLocator
+    key = f'{prefix}/{name}'
+    stats = {s: _get(series, f'{key}/{s}')
+             for s in reported_names(series, prefix).get(name, [])}
+    quantiles = sorted((float(QUANTILE.match(s).group(1)), s)
+                       for s in stats if QUANTILE.match(s))
+    lo = stats.get('min')
+    hi = stats.get('max')
+    if len(quantiles) >= 2:
+        s_lo, s_hi = quantiles[0][1], quantiles[-1][1]
+        steps, low = stats[s_lo]
+        ax.fill_between(steps, low, stats[s_hi][1], alpha=0.25, color='C0',
+                        label=f'{s_lo}-{s_hi}')
+        if 'p50' in stats:
+            ax.plot(*stats['p50'], color='C0', label='p50')
+    elif 'mean' in stats:
+        steps, mean = stats['mean']
+        ax.plot(steps, mean, color='C0', label='mean')
+        if 'std' in stats:
+            std = stats['std'][1]
+            low, high = mean - std, mean + std
+            if lo is not None and hi is not None:  # never outside the data
+                low, high = np.maximum(low, lo[1]), np.minimum(high, hi[1])
+            values = np.concatenate([mean] + [s[1] for s in (lo, hi) if s])
+            if values.size and values.min() >= 0 and values.max() <= 1:
+                low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
+            ax.fill_between(steps, low, high, alpha=0.25, color='C0',
+                            label='mean ± std (clipped)')
+    for stat, style in (('min', ':'), ('max', '--')):
+        if stats.get(stat) is not None:
+            ax.plot(*stats[stat], style, color='C1', lw=1, label=stat)
+    if log_y is None:  # automatic for losses spanning more than a decade
+        centre = stats.get('mean') or (stats.get('p50'))
+        values = centre[1] if centre else np.array([])
+        log_y = ('loss' in name and values.size > 1 and values.min() > 0
+                 and values.max() / values.min() > 10)
+    if log_y:
+        ax.set_yscale('log')
+    ax.set_title(name)
+    ax.set_xlabel(x_label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.01, 1),
+              borderaxespad=0)
+
+
+def module_matrix(series: Series, prefix: str, modules_prefix: str,
+                  stat: str) -> Tuple[List[str], np.ndarray, np.ndarray]:
+    """``(module names, steps, matrix [modules x steps])`` of a module
+    statistic (NaN where missing); ``act`` is the rms sqrt(mean^2+std^2)."""
+    head = f'{prefix}/{modules_prefix}/'
+    names = sorted({k[len(head):].rsplit('/', 2)[0]
+                    for k in series if k.startswith(head)
+                    and k.endswith(f'/{stat}/mean')})
+    steps = sorted({s for n in names
+                    for s in series[f'{head}{n}/{stat}/mean'][0]})
+    matrix = np.full((len(names), len(steps)), np.nan)
+    column = {s: i for i, s in enumerate(steps)}
+    for row, name in enumerate(names):
+        step, mean = _get(series, f'{head}{name}/{stat}/mean')
+        value = mean
+        std = _get(series, f'{head}{name}/{stat}/std')
+        if stat == 'act' and std is not None:
+            value = np.sqrt(mean**2 + std[1]**2)
+        for s, v in zip(step, value):
+            matrix[row, column[s]] = v
+    return names, np.asarray(steps, float), matrix
+
+
+def modules_figure(series: Series, prefix: str, modules_prefix: str,
+                   x_label: str = 'iteration'):
+    """The heat maps of ModuleStatsHook's statistics (a matplotlib
+    Figure); None without them."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+    panels = [(stat, title, module_matrix(series, prefix, modules_prefix,
+                                          stat))
+              for stat, title in MODULE_PANELS]
+    panels = [p for p in panels if p[2][0]]
+    if not panels:
+        return None
+    rows = max(len(p[2][0]) for p in panels)
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False,
+                             figsize=(9, (1.2 + 0.3 * rows) * len(panels)))
+    for ax, panel in zip(axes[:, 0], panels):
+        stat, title, (names, steps, matrix) = panel
+        positive = matrix[np.isfinite(matrix) & (matrix > 0)]
+        norm = LogNorm(positive.min(), positive.max()) if positive.size \
+            else None
+        mesh = ax.imshow(np.where(matrix > 0, matrix, np.nan), norm=norm,
+                         aspect='auto', interpolation='nearest',
+                         cmap='viridis')
+        ax.set_yticks(range(len(names)), names, fontsize='small')
+        ticks = np.linspace(0, len(steps) - 1, min(len(steps), 8)).round()
+        ax.set_xticks(ticks, [f'{steps[int(t)]:g}' for t in ticks])
+        ax.set_xlabel(x_label)
+        ax.set_title(f'{title} (log colour scale)')
+        fig.colorbar(mesh, ax=ax, label=stat)
+    fig.tight_layout()
+    return fig
+
+
+def names_figure(series: Series, names: List[str], prefix: str,
+                 units: Tuple[bool, bool], log_loss: bool = False):
+    """One panel per reported name (see :func:`draw_name`); a Figure."""
+    import matplotlib.pyplot as plt
+    val_by_epoch, stats_by_epoch = units
+    fig, axes = plt.subplots(len(names), 1, squeeze=False,
+                             figsize=(8, 2.6 * len(names)))
+    for ax, name in zip(axes[:, 0], names):
+        is_val = name.startswith(('val/', 'test/'))
+        by_epoch = val_by_epoch if is_val else stats_by_epoch
+        draw_name(ax, series, prefix, name, 'epoch' if by_epoch else
+                  'iteration', log_y=True if log_loss and 'loss' in name
+                  else None)
+    fig.tight_layout()
+    return fig
+
+
+def save(fig, out: str) -> str:
+    """Write ``fig`` to ``out`` and close it."""
+    import matplotlib.pyplot as plt
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
 def main(argv=None) -> str:
+    """Run the script; returns the path of ``stats.png``."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('work_dir', help='a work dir or a scalars.json')
-    parser.add_argument('--keys', nargs='+', required=True,
-                        help='reported names, e.g. loss model/feat_norm')
+    parser.add_argument('--keys', nargs='+', help='reported names, e.g. '
+                        'loss model/feat_norm (default: all but modules)')
     parser.add_argument('--prefix', default='stats',
                         help="StatsCollectorHook's prefix")
-    parser.add_argument('--out', help='PNG path (default: stats.png beside '
-                        'scalars.json)')
+    parser.add_argument('--modules-prefix', default='modules',
+                        help="ModuleStatsHook's prefix")
+    parser.add_argument('--log-loss', action='store_true',
+                        help='log y axis for every loss panel')
+    parser.add_argument('--out', help='PNG of the names (default: '
+                        'stats.png beside scalars.json)')
+    parser.add_argument('--modules-out', help='PNG of the module heat maps '
+                        '(default: modules.png beside --out)')
     args = parser.parse_args(argv)
-
-    from plot_curves import load_scalars
-    path = find_scalars(args.work_dir)
-    series = load_scalars(path)
-    missing = [k for k in args.keys
-               if f'{args.prefix}/{k}/mean' not in series]
-    if missing:
-        names = sorted({k[len(args.prefix) + 1:].rsplit('/', 1)[0]
-                        for k in series if k.startswith(args.prefix + '/')})
-        raise SystemExit(f'no statistics for {missing} in {path}; '
-                         f'available: {names}')
 
     import matplotlib
     matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    import numpy as np
-    fig, axes = plt.subplots(
-        len(args.keys), 1, figsize=(7, 2.6 * len(args.keys)), squeeze=False)
-    for ax, key in zip(axes[:, 0], args.keys):
-        steps, mean = (np.asarray(v) for v in series[f'{args.prefix}/{key}/mean'])
-        ax.plot(steps, mean, label='mean', color='C0')
-        std = series.get(f'{args.prefix}/{key}/std')
-        if std is not None:
-            s = np.asarray(std[1])
-            ax.fill_between(steps, mean - s, mean + s, alpha=0.25,
-                            color='C0', label='mean +- std')
-        for stat, style in (('min', ':'), ('max', '--')):
-            values = series.get(f'{args.prefix}/{key}/{stat}')
-            if values is not None:
-                ax.plot(values[0], values[1], style, color='C1', label=stat)
-        ax.set_title(key)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize='small', loc='best')
-    axes[-1, 0].set_xlabel('step')
-    fig.tight_layout()
+    path = find_scalars(args.work_dir)
+    series = load_scalars(path)
+    available = sorted(reported_names(series, args.prefix))
+    keys = args.keys or [n for n in available
+                         if not n.startswith(args.modules_prefix + '/')]
+    missing = [k for k in keys if k not in available]
+    if missing or not keys:
+        raise SystemExit(f'no statistics for {missing or "any name"} in '
+                         f'{path}; available: {available}')
     out = args.out or osp.join(osp.dirname(path), 'stats.png')
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    units = epoch_units(path)
+    save(names_figure(series, keys, args.prefix, units, args.log_loss), out)
     print(f'plot: {out}')
+    figure = modules_figure(series, args.prefix, args.modules_prefix,
+                            'epoch' if units[1] else 'iteration')
+    if figure is not None:
+        modules_out = args.modules_out or osp.join(
+            osp.dirname(out), 'modules.png')
+        print(f'plot: {save(figure, modules_out)}')
     return out
 
 

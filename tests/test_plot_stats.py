@@ -1,0 +1,141 @@
+"""tools/analysis/plot_stats.py on a small real run (heat map, panels, x
+axis units) and on written scalars.json files (quantile bands, bounded
+quantities, log loss axis, legends outside the curves)."""
+import json
+import os.path as osp
+import sys
+
+import numpy as np
+import pytest
+
+matplotlib = pytest.importorskip('matplotlib')
+matplotlib.use('Agg')
+
+sys.path.insert(0, osp.join(osp.dirname(osp.dirname(__file__)), 'tools',
+                            'analysis'))
+import plot_stats  # noqa: E402
+from plot_curves import load_scalars  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def real_run(tmp_path_factory):
+    """2 epochs of 5 iterations of the toy model with both hooks."""
+    from mmengine.runner import Runner
+
+    from tests.conftest import _subclasses
+    from tests.helpers.runner import toy_cfg
+    work_dir = tmp_path_factory.mktemp('run')
+    cfg = toy_cfg(work_dir, num_samples=80, log_interval=2,
+                  report_stats=True,
+                  custom_hooks=[dict(type='mmstats.StatsCollectorHook'),
+                                dict(type='mmstats.ModuleStatsHook',
+                                     modules=r'backbone\.stem|head')])
+    Runner.from_cfg(cfg).train()
+    from mmengine.logging import MMLogger
+    from mmengine.utils import ManagerMixin
+    for logger in MMLogger._instance_dict.values():
+        for handler in list(logger.handlers):
+            handler.close()
+            logger.removeHandler(handler)
+    for cls in _subclasses(ManagerMixin):
+        cls._instance_dict.clear()
+    return str(work_dir)
+
+
+def _write(path, records):
+    with open(path, 'w') as f:
+        for record in records:
+            f.write(json.dumps(record) + '\n')
+    return str(path)
+
+
+def test_real_run_pictures(real_run, tmp_path):
+    out = str(tmp_path / 'stats.png')
+    assert plot_stats.main([real_run, '--out', out]) == out
+    for path in (out, str(tmp_path / 'modules.png')):
+        assert osp.getsize(path) > 10_000
+    path = plot_stats.find_scalars(real_run)
+    series = load_scalars(path)
+    fig = plot_stats.modules_figure(series, 'stats', 'modules')
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == [
+        'activation scale (rms) (log colour scale)',
+        'gradient norm (log colour scale)',
+        'update ratio ||dw|| / ||w|| (log colour scale)'
+    ]
+    heat = fig.axes[0]
+    assert [t.get_text() for t in heat.get_yticklabels()] == [
+        'backbone.stem', 'head']
+    image = heat.get_images()[0]
+    assert type(image.norm).__name__ == 'LogNorm'
+    names, steps, matrix = plot_stats.module_matrix(series, 'stats',
+                                                    'modules', 'act')
+    mean = np.asarray(series['stats/modules/head/act/mean'][1])
+    std = np.asarray(series['stats/modules/head/act/std'][1])
+    np.testing.assert_allclose(matrix[names.index('head')],
+                               np.sqrt(mean**2 + std**2))
+    assert list(steps) == series['stats/modules/head/act/mean'][0]
+    # x axes: iterations for training statistics, epochs for validation
+    units = plot_stats.epoch_units(path)
+    assert units == (True, False)
+    fig = plot_stats.names_figure(series, ['loss', 'val/model/feat_norm'],
+                                  'stats', units)
+    panels = {ax.get_title(): ax for ax in fig.axes}
+    assert panels['loss'].get_xlabel() == 'iteration'
+    assert panels['val/model/feat_norm'].get_xlabel() == 'epoch'
+
+
+def _legend_outside(fig, ax):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    return legend.x0 >= ax.get_window_extent(renderer).x1
+
+
+def test_bounded_band_stays_in_range(tmp_path):
+    steps = [10, 20, 30]
+    records = [{'stats/p_true/mean': 0.95, 'stats/p_true/std': 0.2,
+                'stats/p_true/min': 0.4, 'stats/p_true/max': 1.0,
+                'stats/acc/mean': 0.5, 'stats/acc/std': 0.45,
+                'step': s} for s in steps]
+    series = load_scalars(_write(tmp_path / 'scalars.json', records))
+    fig = plot_stats.names_figure(series, ['p_true', 'acc'], 'stats',
+                                  (False, False))
+    for ax in fig.axes:
+        band = ax.collections[0].get_paths()[0].vertices[:, 1]
+        assert band.min() >= 0 and band.max() <= 1, ax.get_title()
+        assert _legend_outside(fig, ax)
+    p_true = fig.axes[0].collections[0].get_paths()[0].vertices[:, 1]
+    assert p_true.max() == pytest.approx(1.0)  # 0.95 + 0.2 clipped
+    assert p_true.min() == pytest.approx(0.75)
+
+
+def test_quantile_bands_and_log_loss(tmp_path):
+    losses = np.geomspace(10, 0.01, 6)
+    records = [{'stats/loss/mean': v, 'stats/loss/p1': v / 3,
+                'stats/loss/p50': v / 2, 'stats/loss/p99': 3 * v,
+                'stats/lr/mean': 0.1, 'stats/lr/std': 0.0,
+                'step': 10 * (i + 1)} for i, v in enumerate(losses)]
+    series = load_scalars(_write(tmp_path / 'scalars.json', records))
+    fig = plot_stats.names_figure(series, ['loss', 'lr'], 'stats',
+                                  (False, False))
+    loss, lr = fig.axes
+    labels = [t.get_text() for t in loss.get_legend().get_texts()]
+    assert sorted(labels) == ['p1-p99', 'p50']  # no mean band
+    band = loss.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.max() == pytest.approx(30) and band.min() == pytest.approx(
+        0.01 / 3)
+    assert loss.get_yscale() == 'log'  # four decades: automatic
+    assert lr.get_yscale() == 'linear'
+    flat = [{'stats/loss/mean': 2.0 + 0.1 * i, 'step': i} for i in range(5)]
+    series = load_scalars(_write(tmp_path / 'flat.json', flat))
+    fig = plot_stats.names_figure(series, ['loss'], 'stats', (False, False))
+    assert fig.axes[0].get_yscale() == 'linear'
+    fig = plot_stats.names_figure(series, ['loss'], 'stats', (False, False),
+                                  log_loss=True)
+    assert fig.axes[0].get_yscale() == 'log'
+
+
+def test_unknown_key_names_the_available_ones(real_run):
+    with pytest.raises(SystemExit, match="available: .*'loss'"):
+        plot_stats.main([real_run, '--keys', 'no/such'])
