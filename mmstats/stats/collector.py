@@ -3,20 +3,21 @@
 import math
 import re
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Pattern, Tuple, Union
 
+import numpy as np
 import torch
-import torch.distributed as dist
-from mmengine.dist import get_comm_device, get_world_size
 
-from .moments import (MAX, MEAN, MIN, M2, N, NONFINITE, ROW_WIDTH,
-                      empty_rows, merge_rows)
+from .moments import M2, MAX, MEAN, MIN, N, NONFINITE, empty_rows, merge_rows
+from .protocol import NameTable, RankFailure, ReduceFns
 from .reporting import LIVE_COLLECTORS, STORE
 
 __all__ = ['Collector', 'STAT_NAMES', 'flush']
 
 STAT_NAMES = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
-_F64 = torch.float64
+# Defaults of the name table's bounds (see docs/stats.md).
+MAX_NAMES = 4096
+EVICT_AFTER = 100
 
 
 def _live() -> List['Collector']:
@@ -35,6 +36,21 @@ def flush() -> None:
     if names:
         for collector in collectors:
             collector._receive(names, rows)
+
+
+def _compile(regex: Union[str, Pattern]) -> Pattern:
+    """``regex`` compiled, or an error naming ``regex``."""
+    if isinstance(regex, Pattern):
+        return regex
+    if not isinstance(regex, str):
+        raise TypeError('Collector: regex must be a str (a pattern that '
+                        f'names must fully match, e.g. ".*"), got '
+                        f'{type(regex).__name__}')
+    try:
+        return re.compile(regex)
+    except re.error as e:
+        raise ValueError(f'Collector: regex {regex!r} is not a valid '
+                         f'regular expression: {e}') from None
 
 
 def _forget(key: int) -> None:
@@ -59,31 +75,42 @@ class Collector:
     protocol.
 
     Args:
-        regex (str): Publish names that fully match this pattern.
-            Defaults to '.*'.
+        regex (str | re.Pattern): Publish names that fully match this
+            pattern (inline flags such as ``(?i)`` work). Defaults to '.*'.
         keep_previous (bool): If True, a name with no new values since the
             previous update keeps its previous results; if False it reports
             ``num=0``, ``nonfinite=0`` and NaN statistics. Defaults to True.
         group (ProcessGroup, optional): Process group to reduce over.
             Defaults to None (the default group).
+        max_names (int): At most this many names in the table; further new
+            names are refused (the first in sorted order are admitted) with
+            a warning per update. Defaults to 4096.
+        evict_after (int): A name that got no value on any rank for this
+            many consecutive updates leaves the table and is no longer
+            published. Defaults to 100.
+        reduce_fns (ReduceFns, optional): The collectives (tests inject
+            fakes). Defaults to None: ``torch.distributed`` on ``group``.
     """
 
     def __init__(self,
-                 regex: str = '.*',
+                 regex: Union[str, Pattern] = '.*',
                  keep_previous: bool = True,
-                 group: Optional[Any] = None) -> None:
-        if not isinstance(regex, str):
-            raise TypeError('Collector: regex must be a str (a pattern that '
-                            f'names must fully match, e.g. ".*"), got '
-                            f'{type(regex).__name__}')
-        try:
-            compiled = re.compile(regex)
-        except re.error as e:
-            raise ValueError(f'Collector: regex {regex!r} is not a valid '
-                             f'regular expression: {e}') from None
+                 group: Optional[Any] = None,
+                 max_names: int = MAX_NAMES,
+                 evict_after: int = EVICT_AFTER,
+                 reduce_fns: Optional[ReduceFns] = None) -> None:
+        compiled = _compile(regex)
         if not isinstance(keep_previous, bool):
             raise TypeError('Collector: keep_previous must be a bool (True or'
                             f' False), got {keep_previous!r}')
+        for arg, value in (('max_names', max_names), ('evict_after',
+                                                      evict_after)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f'Collector: {arg} must be a positive int, '
+                                f'got {value!r}')
+            if value < 1:
+                raise ValueError(f'Collector: {arg} must be a positive int, '
+                                 f'got {value!r}')
         # Values reported before this collector exists belong to others.
         if LIVE_COLLECTORS:
             flush()
@@ -92,7 +119,8 @@ class Collector:
         self._group = group
         self._matches: Dict[str, bool] = {}
         self._chunks: List[Tuple[List[str], torch.Tensor]] = []
-        self._table: List[str] = []
+        self._fns = ReduceFns(group) if reduce_fns is None else reduce_fns
+        self._table = NameTable(max_names, evict_after)
         self._results: Dict[str, List[float]] = {}
         key = id(self)
         LIVE_COLLECTORS[key] = weakref.ref(self,
@@ -130,75 +158,34 @@ class Collector:
         rows = merge_rows(torch.cat([c[1] for c in chunks]), seg, len(names))
         return names, rows
 
-    # -- distributed -------------------------------------------------------
-    def _gather(self, tensor: torch.Tensor, world: int) -> torch.Tensor:
-        tensor = tensor.to(get_comm_device(self._group))
-        out = [torch.empty_like(tensor) for _ in range(world)]
-        dist.all_gather(out, tensor, group=self._group)
-        return torch.stack(out).cpu()
-
-    @staticmethod
-    def _table_rows(table: List[str], names: List[str],
-                    rows: torch.Tensor) -> torch.Tensor:
-        """``rows`` (one per name of ``names``) in the order of ``table``;
-        empty rows for names of ``table`` without values."""
-        if names == table:  # steady state: nothing to move
-            return rows
-        pos = {name: i for i, name in enumerate(names)}
-        dst, src = [], []
-        for i, name in enumerate(table):
-            j = pos.get(name)
-            if j is not None:
-                dst.append(i)
-                src.append(j)
-        out = empty_rows(len(table))
-        if dst:  # one indexed copy, not one per name
-            out[torch.tensor(dst, dtype=torch.long)] = rows[torch.tensor(
-                src, dtype=torch.long)]
-        return out
-
+    # -- publication -------------------------------------------------------
     def update(self) -> None:
         """Publish the statistics of the values reported since the previous
-        update (a collective: every rank of the group must call it)."""
-        flush()
-        names, local = self._local_rows()
-        world = get_world_size(self._group)
-        table = self._table
-        if world == 1:
-            new = sorted(set(names) - set(table))
-            if new:
-                table = self._table = sorted(set(table) | set(new))
-            self._publish(table, self._table_rows(table, names, local))
-            return
-        known = set(table)
-        new = [name for name in names if name not in known]
-        payload = torch.cat([
-            torch.tensor([1. if new else 0.], dtype=_F64),
-            self._table_rows(table, names, local).reshape(-1)
-        ])
-        gathered = self._gather(payload, world)
-        old_rows = gathered[:, 1:].reshape(world, len(table), ROW_WIDTH)
-        if bool((gathered[:, 0] != 0).any()):
-            lists: List[Any] = [None] * world
-            dist.all_gather_object(lists, sorted(new), group=self._group)
-            added = sorted(set().union(*map(set, lists)) - known)
-            new_rows = self._gather(
-                self._table_rows(added, names, local).reshape(-1),
-                world).reshape(world, len(added), ROW_WIDTH)
-            order = table + added  # columns of old_rows, new_rows
-            table = self._table = sorted(known | set(added))
-            pos = {name: i for i, name in enumerate(table)}
-            perm = torch.tensor([pos[n] for n in order], dtype=torch.long)
-            rows_all = torch.empty(world, len(table), ROW_WIDTH, dtype=_F64)
-            rows_all[:, perm] = torch.cat([old_rows, new_rows], dim=1)
-        else:
-            rows_all = old_rows
-        seg = torch.arange(len(table)).repeat(world)
-        self._publish(table,
-                      merge_rows(rows_all.reshape(-1, ROW_WIDTH), seg,
-                                 len(table)))
+        update (a collective: every rank of the group must call it).
 
-    def _publish(self, table: List[str], rows: torch.Tensor) -> None:
+        Raises:
+            RuntimeError: On every rank, if reducing the pending values
+                failed on some rank; values of this rank are kept for the
+                next update.
+        """
+        failure: Optional[BaseException] = None
+        try:
+            flush()
+        except Exception as e:  # every rank must still take part
+            failure = e
+        names, local = self._local_rows()
+        try:
+            table, rows = self._table.sync(names, local.numpy(), self._fns,
+                                           failure is not None)
+        except RankFailure as e:
+            if names:  # nothing pending is lost: publish it next time
+                self._chunks.insert(0, (names, local))
+            raise RuntimeError(
+                f'{e}; no statistics were published, the values '
+                'pending on the other ranks are kept') from failure
+        self._publish(table, rows)
+
+    def _publish(self, table: List[str], rows: np.ndarray) -> None:
         previous = self._results
         results: Dict[str, List[float]] = {}
         nan = math.nan

@@ -467,9 +467,10 @@ def test_distributed_constant_collectives():
     results = run_distributed(_count_worker, 2, (10, 200), timeout=TIMEOUT)
     for out in results:
         for size in (10, 200):
-            assert out[(size, 0)] == 3  # table settles: gather, names, rows
-            assert out[(size, 1)] == 1  # steady state: ONE all_gather
-            assert out[(size, 2)] == 3  # a new name on some rank
+            # table settles: max+flags, names, max, sum, sum
+            assert out[(size, 0)] == 5
+            assert out[(size, 1)] == 3  # steady state: max, sum, sum
+            assert out[(size, 2)] == 5  # a new name on some rank
             assert out[(size, 'num')] == (1., 1., size + 2)
 
 

@@ -1,0 +1,255 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""The cross-rank part of :class:`~mmstats.stats.Collector`.
+
+All ranks keep the same sorted name table. In steady state (no new names
+anywhere) one update is three collectives whose size per rank depends on
+the table only, never on the world size:
+
+1. ``all_reduce MAX`` of ``[error, new_names, max_i..., -min_i...]``;
+2. ``all_reduce SUM`` of ``[n_i, n_i (mean_i - ref), nonfinite_i]`` per name,
+   ``ref`` the midpoint of the reduced finite range (known to all ranks);
+3. ``all_reduce SUM`` of ``[M2_i + n_i d_i^2, n_i d_i]``, ``d_i = mean_i -
+   mean``: Chan's merge, exact once the global mean is known, plus a
+   correction of that mean.
+
+When some rank has new names, the ranks agree on their sorted union
+(``all_gather_object`` of the new names only) and redo step 1 for the new
+table. See ``docs/stats.md`` for the rationale and the costs.
+"""
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from mmengine.dist import get_comm_device, get_rank, get_world_size
+
+from .moments import MAX, MEAN, MIN, M2, N, NONFINITE, ROW_WIDTH
+
+__all__ = ['ReduceFns', 'NameTable', 'RankFailure', 'reduce_moments']
+
+# Columns of the header that leads the first (MAX) collective.
+HEADER_ERROR, HEADER_NEW = 0, 1
+HEADER_WIDTH = 2
+# How many refused names a warning shows.
+SHOWN_NAMES = 5
+
+
+class RankFailure(RuntimeError):
+    """Raised on every rank when :meth:`NameTable.sync` saw a failure."""
+
+
+class ReduceFns:
+    """The collectives of the protocol, on host float64 arrays.
+
+    Injectable: tests pass an object with the same methods that simulates
+    several ranks in one process. Every method is a collective when the
+    group has more than one rank (a no-op otherwise).
+
+    Args:
+        group (ProcessGroup, optional): Process group. Defaults to None
+            (the default group).
+    """
+
+    def __init__(self, group: Optional[Any] = None) -> None:
+        self.group = group
+
+    @property
+    def world_size(self) -> int:
+        return get_world_size(self.group)
+
+    @property
+    def rank(self) -> int:
+        return get_rank(self.group)
+
+    def _all_reduce(self, x: np.ndarray, op: Any) -> np.ndarray:
+        if self.world_size == 1:
+            return x
+        tensor = torch.from_numpy(x).to(get_comm_device(self.group))
+        dist.all_reduce(tensor, op=op, group=self.group)
+        return tensor.cpu().numpy()
+
+    def all_reduce_sum(self, x: np.ndarray) -> np.ndarray:
+        """Elementwise sum over ranks (identical bits on every rank)."""
+        return self._all_reduce(x, dist.ReduceOp.SUM)
+
+    def all_reduce_max(self, x: np.ndarray) -> np.ndarray:
+        """Elementwise maximum over ranks."""
+        return self._all_reduce(x, dist.ReduceOp.MAX)
+
+    def all_gather_object(self, obj: Any) -> List[Any]:
+        """Every rank's ``obj``, indexed by rank."""
+        if self.world_size == 1:
+            return [obj]
+        out: List[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+
+def sum_blocks(fns: ReduceFns,
+               blocks: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """All-reduce SUM several arrays in ONE collective, split them back.
+
+    The place where more per-name payloads (e.g. fixed-size sketch bucket
+    counts) join the moments' first SUM.
+    """
+    flat = fns.all_reduce_sum(
+        np.concatenate([np.asarray(b, np.float64).ravel() for b in blocks]))
+    out, start = [], 0
+    for block in blocks:
+        out.append(flat[start:start + block.size].reshape(block.shape))
+        start += block.size
+    return out
+
+
+def reduce_moments(local: np.ndarray, low: np.ndarray, high: np.ndarray,
+                   fns: ReduceFns) -> np.ndarray:
+    """Merge each rank's rows of the same table into global rows.
+
+    Two all_reduce SUM of fixed size per name. Sums are taken around a
+    shared reference (the midpoint of the global finite range), so
+    ``n_i * mean_i`` never sums large, nearly equal numbers.
+
+    Args:
+        local (np.ndarray): ``(T, ROW_WIDTH)`` this rank's rows.
+        low (np.ndarray): ``(T, )`` global minimum (inf if no finite value).
+        high (np.ndarray): ``(T, )`` global maximum (-inf if none).
+        fns (ReduceFns): The collectives.
+
+    Returns:
+        np.ndarray: ``(T, ROW_WIDTH)`` global rows, identical on all ranks.
+    """
+    n_i, mean_i = local[:, N], local[:, MEAN]
+    has_finite = high >= low
+    ref = 0.5 * np.where(has_finite, low, 0.) + 0.5 * np.where(
+        has_finite, high, 0.)
+    n, shifted, nonfinite = sum_blocks(
+        fns, [np.stack([n_i, n_i * (mean_i - ref), local[:, NONFINITE]])])[0]
+    n_safe = np.maximum(n, 1.)
+    mean = ref + shifted / n_safe
+    dev = np.where(n_i > 0, mean_i - mean, 0.)
+    m2_sum, dev_sum = sum_blocks(
+        fns, [np.stack([local[:, M2] + n_i * dev * dev, n_i * dev])])[0]
+    fix = dev_sum / n_safe
+    rows = np.empty((len(n), ROW_WIDTH))
+    rows[:, N], rows[:, NONFINITE] = n, nonfinite
+    rows[:, MEAN] = mean + fix
+    rows[:, M2] = np.maximum(m2_sum - n * fix * fix, 0.)
+    rows[:, MIN], rows[:, MAX] = low, high
+    return rows
+
+
+class NameTable:
+    """The name table all ranks agree on, bounded, with idle eviction.
+
+    Args:
+        max_names (int): At most this many names; further new names are
+            refused (sorted order decides) with a warning.
+        evict_after (int): A name without any value on any rank for this
+            many consecutive updates leaves the table.
+        owner (str): Who warns (for messages). Defaults to 'Collector'.
+    """
+
+    def __init__(self,
+                 max_names: int,
+                 evict_after: int,
+                 owner: str = 'Collector') -> None:
+        self.max_names = max_names
+        self.evict_after = evict_after
+        self.owner = owner
+        self.names: List[str] = []
+        self._index: Dict[str, int] = {}
+        self._idle = np.zeros(0, np.int64)
+
+    def _align(self, names: List[str], rows: np.ndarray) -> np.ndarray:
+        """``rows`` (one per ``names``) in table order, empty rows for the
+        table's names without values, names outside the table dropped."""
+        if names == self.names:  # steady state: nothing to move
+            return rows
+        out = np.zeros((len(self.names), ROW_WIDTH))
+        out[:, MIN], out[:, MAX] = np.inf, -np.inf
+        index = self._index
+        pairs = [(index[n], i) for i, n in enumerate(names) if n in index]
+        if pairs:
+            dst, src = np.array(pairs).T
+            out[dst] = rows[src]
+        return out
+
+    def _extremes(self, header: np.ndarray, local: np.ndarray,
+                  fns: ReduceFns) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One all_reduce MAX: header, global min and max per name."""
+        reduced = fns.all_reduce_max(
+            np.concatenate([header, local[:, MAX], -local[:, MIN]]))
+        head, rest = reduced[:len(header)], reduced[len(header):]
+        size = len(self.names)
+        return head, -rest[size:], rest[:size]
+
+    def _admit(self, gathered: List[List[str]]) -> None:
+        """Add the agreed new names, within ``max_names``."""
+        table = set(self.names)
+        union = sorted(set().union(*map(set, gathered)) - table)
+        room = max(self.max_names - len(table), 0)
+        admitted, refused = union[:room], union[room:]
+        if refused:
+            shown = ', '.join(map(repr, refused[:SHOWN_NAMES]))
+            more = len(refused) - SHOWN_NAMES
+            warnings.warn(
+                f'{self.owner}: {len(refused)} new names refused because the'
+                f' table is full (max_names={self.max_names}): {shown}'
+                f'{f" and {more} more" if more > 0 else ""}. Names leave '
+                f'the table after evict_after={self.evict_after} updates '
+                'without values; raise max_names to keep more.',
+                stacklevel=4)
+        if not admitted:
+            return
+        idle = dict(zip(self.names, self._idle.tolist()))
+        self.names = sorted(table.union(admitted))
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self._idle = np.array([idle.get(n, 0) for n in self.names], np.int64)
+
+    def sync(self, names: List[str], rows: np.ndarray, fns: ReduceFns,
+             failed: bool = False) -> Tuple[List[str], np.ndarray]:
+        """Reduce this rank's rows with every rank's (a collective).
+
+        Args:
+            names (list[str]): This rank's names.
+            rows (np.ndarray): ``(len(names), ROW_WIDTH)`` their rows.
+            fns (ReduceFns): The collectives.
+            failed (bool): This rank failed before syncing; every rank
+                raises. Defaults to False.
+
+        Returns:
+            tuple[list[str], np.ndarray]: The published names (the table
+            after eviction) and their global rows.
+
+        Raises:
+            RankFailure: On every rank if some rank ``failed``.
+        """
+        has_new = any(name not in self._index for name in names)
+        header = np.array([fns.rank + 1. if failed else 0., float(has_new)])
+        local = self._align(names, rows)
+        head, low, high = self._extremes(header, local, fns)
+        if head[HEADER_ERROR]:
+            raise RankFailure(f'{self.owner}.update() failed on rank '
+                              f'{int(head[HEADER_ERROR]) - 1}')
+        if head[HEADER_NEW]:
+            new = sorted(n for n in names if n not in self._index)
+            self._admit(fns.all_gather_object(new))
+            local = self._align(names, rows)
+            _, low, high = self._extremes(header[:0], local, fns)
+        if not self.names:
+            return [], np.zeros((0, ROW_WIDTH))
+        merged = reduce_moments(local, low, high, fns)
+        return self._evict(merged)
+
+    def _evict(self, merged: np.ndarray) -> Tuple[List[str], np.ndarray]:
+        """Count idle updates; drop names idle for ``evict_after``."""
+        active = merged[:, N] + merged[:, NONFINITE] > 0
+        self._idle = np.where(active, 0, self._idle + 1)
+        keep = self._idle < self.evict_after
+        if keep.all():
+            return self.names, merged
+        self.names = [n for n, k in zip(self.names, keep.tolist()) if k]
+        self._index = {name: i for i, name in enumerate(self.names)}
+        self._idle = self._idle[keep]
+        return self.names, merged[keep]
