@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                                   reason='needs a CUDA device')
+requires_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason='needs a CUDA device')
 
 
 @contextlib.contextmanager
@@ -32,20 +32,27 @@ def numpy_stats(values: np.ndarray) -> Dict[str, float]:
     """The statistics a Collector publishes, in float64 numpy."""
     values = np.asarray(values, dtype=np.float64).ravel()
     finite = values[np.isfinite(values)]
-    return dict(num=float(values.size), mean=float(finite.mean()),
-                std=float(finite.std()), min=float(finite.min()),
-                max=float(finite.max()),
-                nonfinite=float(values.size - finite.size))
+    return dict(
+        num=float(values.size),
+        mean=float(finite.mean()),
+        std=float(finite.std()),
+        min=float(finite.min()),
+        max=float(finite.max()),
+        nonfinite=float(values.size - finite.size))
 
 
-def assert_stats(published: Dict[str, float], values: np.ndarray,
+def assert_stats(published: Dict[str, float],
+                 values: np.ndarray,
                  rtol: float = 1e-12) -> None:
     """``published`` (one name of ``Collector.as_dict()``) against numpy."""
     expected = numpy_stats(values)
     for stat, value in expected.items():
-        np.testing.assert_allclose(published[stat], value, rtol=rtol,
-                                   atol=rtol * abs(expected['std']),
-                                   err_msg=stat)
+        np.testing.assert_allclose(
+            published[stat],
+            value,
+            rtol=rtol,
+            atol=rtol * abs(expected['std']),
+            err_msg=stat)
 
 
 class SmallBNNet(nn.Module):
@@ -55,8 +62,8 @@ class SmallBNNet(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(3, channels, 3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(channels)
-        self.conv2 = nn.Conv2d(channels, 2 * channels, 3, stride=2,
-                               padding=1, bias=False)
+        self.conv2 = nn.Conv2d(
+            channels, 2 * channels, 3, stride=2, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(2 * channels)
         self.fc = nn.Linear(2 * channels, 10)
         self.bn3 = nn.BatchNorm1d(10)
@@ -76,7 +83,8 @@ def bn_layers(model: nn.Module) -> Dict[str, nn.Module]:
 
 
 @torch.no_grad()
-def population_stats(model: nn.Module, batches: List[torch.Tensor],
+def population_stats(model: nn.Module,
+                     batches: List[torch.Tensor],
                      context=contextlib.nullcontext) -> Dict[str, tuple]:
     """Float64 population mean and biased variance of every BN layer's
     input over ``batches``, with the layers normalising by batch
@@ -96,9 +104,8 @@ def population_stats(model: nn.Module, batches: List[torch.Tensor],
         def hook(module, inputs, name=name):
             x = inputs[0].double()
             dims = [d for d in range(x.dim()) if d != 1]
-            sums[name].append(
-                (x.shape.numel() // x.shape[1], x.sum(dims),
-                 (x * x).sum(dims)))
+            sums[name].append((x.shape.numel() // x.shape[1], x.sum(dims),
+                               (x * x).sum(dims)))
 
         handles.append(layer.register_forward_pre_hook(hook))
     was_training = model.training

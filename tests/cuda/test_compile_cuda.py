@@ -54,11 +54,14 @@ def test_report_in_compiled_cuda_forward(no_recompile):
         hidden = [torch.relu(model.fc1(x)).double().cpu() for x in inputs[1:]]
     results = collector.as_dict()
     # float32 kernels may fuse differently from eager: rtol 1e-5
-    assert_stats(results['compiled/h_mean'],
-                 np.array([h.mean().item() for h in hidden]), rtol=1e-5)
-    assert_stats(results['compiled/h'],
-                 np.concatenate([h.numpy().ravel() for h in hidden]),
-                 rtol=1e-5)
+    assert_stats(
+        results['compiled/h_mean'],
+        np.array([h.mean().item() for h in hidden]),
+        rtol=1e-5)
+    assert_stats(
+        results['compiled/h'],
+        np.concatenate([h.numpy().ravel() for h in hidden]),
+        rtol=1e-5)
     assert results['compiled/h']['num'] == 5 * 16 * 64
     for x, out in zip(inputs[1:], outputs):
         torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)

@@ -35,15 +35,27 @@ def _check(model, reference, rtol, atol):
     for name, (mean, var) in reference.items():
         bn = layers[name]
         assert bn.running_mean.dtype == torch.float32
-        np.testing.assert_allclose(bn.running_mean.double().cpu(), mean,
-                                   rtol=rtol, atol=atol, err_msg=name)
-        np.testing.assert_allclose(bn.running_var.double().cpu(), var,
-                                   rtol=rtol, atol=atol, err_msg=name)
+        np.testing.assert_allclose(
+            bn.running_mean.double().cpu(),
+            mean,
+            rtol=rtol,
+            atol=atol,
+            err_msg=name)
+        np.testing.assert_allclose(
+            bn.running_var.double().cpu(),
+            var,
+            rtol=rtol,
+            atol=atol,
+            err_msg=name)
 
 
 def _run(model, batches, forward_context=None):
-    info = update_bn_stats(model, batches, num_samples=NUM_BATCHES * BATCH,
-                           forward_context=forward_context, progress=False)
+    info = update_bn_stats(
+        model,
+        batches,
+        num_samples=NUM_BATCHES * BATCH,
+        forward_context=forward_context,
+        progress=False)
     assert info['num_samples'] == NUM_BATCHES * BATCH
     assert info['num_batches'] == NUM_BATCHES
     assert len(info['updated']) == 3
@@ -71,8 +83,7 @@ def test_amp_optim_wrapper_context(dtype, loose):
     from mmengine.optim import AmpOptimWrapper
     model, batches = _setup(seed=3)
     wrapper = AmpOptimWrapper(
-        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-        dtype=dtype)
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1), dtype=dtype)
 
     def context():
         return wrapper.optim_context(model)
@@ -104,6 +115,6 @@ def test_frozen_layer_and_model_mode_untouched():
     frozen_mean = model.bn2.running_mean.clone()
     info = update_bn_stats(model, batches, num_samples=32, progress=False)
     assert info['frozen'] == ['bn2']
-    torch.testing.assert_close(model.bn2.running_mean, frozen_mean,
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        model.bn2.running_mean, frozen_mean, rtol=0, atol=0)
     assert model.training and not model.bn2.training

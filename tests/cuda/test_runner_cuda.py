@@ -32,7 +32,10 @@ class CudaLossRecorderHook(Hook):
         self.losses = []
         self.devices = set()
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None) -> None:
         self.losses.append(float(outputs['loss']))
         self.devices.add(outputs['loss'].device.type)
@@ -49,27 +52,35 @@ def _scalars(runner) -> dict:
 
 @pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
 def test_amp_runner_with_all_hooks(tmp_path, clean_mmengine, dtype):
-    cfg = toy_cfg(tmp_path, num_samples=160, batch_size=16, max_epochs=2,
-                  log_interval=4, report_stats=True)
-    cfg.optim_wrapper = dict(type='AmpOptimWrapper', dtype=dtype,
-                             optimizer=dict(type='SGD', lr=0.1,
-                                            momentum=0.9))
+    cfg = toy_cfg(
+        tmp_path,
+        num_samples=160,
+        batch_size=16,
+        max_epochs=2,
+        log_interval=4,
+        report_stats=True)
+    cfg.optim_wrapper = dict(
+        type='AmpOptimWrapper',
+        dtype=dtype,
+        optimizer=dict(type='SGD', lr=0.1, momentum=0.9))
     hooks = [
         dict(type='mmstats.PreciseBNHook', num_samples=160, progress=False),
-        dict(type='mmstats.StatsCollectorHook', stats=('mean', 'std', 'num',
-                                                       'max')),
+        dict(
+            type='mmstats.StatsCollectorHook',
+            stats=('mean', 'std', 'num', 'max')),
         dict(type='CudaLossRecorderHook'),
     ]
     if HAS_MODULE_STATS:
-        hooks.append(dict(type='mmstats.ModuleStatsHook',
-                          modules=r'backbone\.stem'))
+        hooks.append(
+            dict(type='mmstats.ModuleStatsHook', modules=r'backbone\.stem'))
     cfg.custom_hooks = hooks
     runner = Runner.from_cfg(cfg)
     runner.train()
     model = runner.model
     assert next(model.parameters()).device.type == 'cuda'
-    recorder = [h for h in runner.hooks
-                if isinstance(h, CudaLossRecorderHook)][0]
+    recorder = [
+        h for h in runner.hooks if isinstance(h, CudaLossRecorderHook)
+    ][0]
     assert recorder.devices == {'cuda'}
     losses = np.array(recorder.losses)
     assert len(losses) == 20
@@ -81,19 +92,20 @@ def test_amp_runner_with_all_hooks(tmp_path, clean_mmengine, dtype):
         window = losses[start:step]
         record = scalars[step]
         assert record['stats/loss/num'] == len(window)
-        np.testing.assert_allclose(record['stats/loss/mean'], window.mean(),
-                                   rtol=1e-6)
-        np.testing.assert_allclose(record['stats/loss/std'], window.std(),
-                                   rtol=1e-5, atol=1e-7)
-        np.testing.assert_allclose(record['stats/loss/max'], window.max(),
-                                   rtol=1e-6)
+        np.testing.assert_allclose(
+            record['stats/loss/mean'], window.mean(), rtol=1e-6)
+        np.testing.assert_allclose(
+            record['stats/loss/std'], window.std(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(
+            record['stats/loss/max'], window.max(), rtol=1e-6)
         # one feature norm per sample of the interval
         assert record['stats/model/feat_norm/num'] == 16 * len(window)
         start = step
     if HAS_MODULE_STATS:
         names = {k for r in scalars.values() for k in r}
-        assert any(k.startswith('stats/modules/backbone.stem/')
-                   for k in names), sorted(names)
+        assert any(
+            k.startswith('stats/modules/backbone.stem/')
+            for k in names), sorted(names)
     _check_stem_statistics(runner, dtype)
 
 
@@ -104,8 +116,7 @@ def _check_stem_statistics(runner, dtype):
     model = runner.model
     dataset = runner.train_dataloader.dataset
     images = torch.stack([dataset[i]['inputs'] for i in range(len(dataset))])
-    with torch.no_grad(), torch.autocast('cuda', dtype=getattr(torch,
-                                                               dtype)):
+    with torch.no_grad(), torch.autocast('cuda', dtype=getattr(torch, dtype)):
         x = model.backbone.stem.conv(images.cuda()).double()
     mean = x.mean(dim=(0, 2, 3))
     var = x.var(dim=(0, 2, 3), unbiased=False)
@@ -113,7 +124,7 @@ def _check_stem_statistics(runner, dtype):
     # the convolution's algorithm may depend on the batch size: the
     # rounding of half-precision outputs differs by a few ulps
     tol = 2e-3 if dtype == 'float16' else 2e-2
-    np.testing.assert_allclose(bn.running_mean.double().cpu(), mean.cpu(),
-                               rtol=tol, atol=tol)
-    np.testing.assert_allclose(bn.running_var.double().cpu(), var.cpu(),
-                               rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        bn.running_mean.double().cpu(), mean.cpu(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        bn.running_var.double().cpu(), var.cpu(), rtol=tol, atol=tol)

@@ -56,14 +56,15 @@ def test_report_cuda_tensors_no_sync_exact():
         raw = np.concatenate(
             [b[name].double().cpu().numpy().ravel() for b in batches])
         assert_stats(results[name], raw)
-    assert_stats(results['cuda/rank0'],
-                 np.concatenate([b['cuda/vector'].cpu().numpy()
-                                 for b in batches]))
+    assert_stats(
+        results['cuda/rank0'],
+        np.concatenate([b['cuda/vector'].cpu().numpy() for b in batches]))
 
 
 def test_report_nonfinite_cuda_counted_without_sync():
     collector = Collector(regex='nan/.*')
-    value = torch.tensor([1.0, float('nan'), float('inf'), -2.0],
+    value = torch.tensor([1.0, float('nan'),
+                          float('inf'), -2.0],
                          device='cuda')
     big = torch.ones(5000, device='cuda')
     big[7] = float('-inf')
@@ -89,7 +90,8 @@ def test_collector_mixes_cuda_cpu_and_python_values():
     report('mixed', torch.tensor(4.0, device='cuda'))
     collector.update()
     raw = np.concatenate([
-        cuda.cpu().numpy(), cpu.numpy(), [2.5, 1, 2, 3],
+        cuda.cpu().numpy(),
+        cpu.numpy(), [2.5, 1, 2, 3],
         big_cuda.cpu().numpy(), [4.0]
     ])
     assert_stats(collector.as_dict()['mixed'], raw)
@@ -126,8 +128,12 @@ def test_collector_two_gloo_ranks_sharing_the_gpu():
         assert_stats(res['r/' + name], raw)
     assert_stats(res['r/cpu'], np.array([0.0] * 3 + [1.0] * 3))
     last = list(CASES)[-1]
-    assert_stats(res['r/mixed'], np.concatenate(
-        [per_rank[0][last].float().double().numpy(), np.arange(4.0),
-         per_rank[1][last].float().double().numpy(), np.arange(4.0) + 1]))
+    assert_stats(
+        res['r/mixed'],
+        np.concatenate([
+            per_rank[0][last].float().double().numpy(),
+            np.arange(4.0), per_rank[1][last].float().double().numpy(),
+            np.arange(4.0) + 1
+        ]))
     assert_stats(res['r/only0'], np.array([5.0]))
     assert_stats(res['r/rank1'], np.ones(2))
