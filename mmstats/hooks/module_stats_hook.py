@@ -21,6 +21,7 @@ from .stats_collector_hook import DEFAULT_INTERVAL, StatsCollectorHook
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 Params = List[torch.Tensor]
+MODULE_STATS = ('act', 'grad_norm', 'weight_norm', 'update_ratio')
 
 
 def amp_grad_scale(optim_wrapper: OptimWrapper) -> Optional[torch.Tensor]:
@@ -78,12 +79,18 @@ class ModuleStatsHook(Hook):
     Args:
         modules (str): Regular expression matched (``re.fullmatch``) against
             the model's module names, e.g. ``r'backbone\\.layer\\d'``.
+        stats (Sequence[str]): What to report, from ``MODULE_STATS``
+            (activations cost the most: one reduction of every output
+            element). Defaults to all of them.
         prefix (str): Prefix of the reported names. Defaults to 'modules'.
     """
 
     priority = 'ABOVE_NORMAL'  # report before StatsCollectorHook publishes
 
-    def __init__(self, modules: str, prefix: str = 'modules') -> None:
+    def __init__(self,
+                 modules: str,
+                 stats: Sequence[str] = MODULE_STATS,
+                 prefix: str = 'modules') -> None:
         if not isinstance(modules, str) or not modules:
             raise TypeError('ModuleStatsHook: modules must be a non-empty '
                             'regular expression (str) matched against the '
@@ -93,10 +100,17 @@ class ModuleStatsHook(Hook):
         except re.error as e:
             raise ValueError(f'ModuleStatsHook: modules={modules!r} is not a '
                              f'valid regular expression ({e})') from None
+        if isinstance(stats, str) or not isinstance(
+                stats, Sequence) or not stats or not set(stats) <= set(
+                    MODULE_STATS):
+            raise ValueError(f'ModuleStatsHook: stats must be a non-empty '
+                             f'list of {MODULE_STATS}, e.g. stats=("act",), '
+                             f'got {stats!r}')
         if not isinstance(prefix, str) or not prefix:
             raise ValueError('ModuleStatsHook: prefix must be a non-empty '
                              f'str, got {prefix!r}')
         self.modules = modules
+        self.stats = tuple(stats)
         self.prefix = prefix
         self.targets: Dict[str, nn.Module] = {}
         self._collector_hook: Optional[StatsCollectorHook] = None
@@ -182,11 +196,12 @@ class ModuleStatsHook(Hook):
                           data_batch: DATA_BATCH = None) -> None:
         start = time.perf_counter()
         optim_wrapper = runner.optim_wrapper
-        if isinstance(optim_wrapper, OptimWrapper) and (
+        if self.stats != ('act', ) and isinstance(
+                optim_wrapper, OptimWrapper) and (
                 self._steps_for_publication(runner, batch_idx,
                                             optim_wrapper)):
             self._patch_step(optim_wrapper)
-        if self.publishes_after(runner, batch_idx):
+        if 'act' in self.stats and self.publishes_after(runner, batch_idx):
             self._attach_forward_hooks()
         self._instrumented = bool(self._handles or self._patched)
         if self._instrumented:
@@ -265,10 +280,13 @@ class ModuleStatsHook(Hook):
             params = [p for p in module.parameters() if p.grad is not None]
             if not params:  # frozen, or unused in this iteration
                 continue
-            norm = _norm([p.grad for p in params])
-            if scale is not None:
-                norm = norm / scale.double()
-            report(f'{self.prefix}/{name}/grad_norm', norm)
+            if 'grad_norm' in self.stats:
+                norm = _norm([p.grad for p in params])
+                if scale is not None:
+                    norm = norm / scale.double()
+                report(f'{self.prefix}/{name}/grad_norm', norm)
+            if 'update_ratio' not in self.stats:
+                continue
             before[name] = (params, [p.detach().clone() for p in params])
         return before
 
@@ -276,7 +294,7 @@ class ModuleStatsHook(Hook):
                         before: Dict[str, Tuple[Params, Params]]) -> None:
         for name, module in self.targets.items():
             params = list(module.parameters())
-            if params:
+            if params and 'weight_norm' in self.stats:
                 report(f'{self.prefix}/{name}/weight_norm', _norm(params))
             if name not in before:
                 continue

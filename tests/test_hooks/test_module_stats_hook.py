@@ -301,3 +301,21 @@ def test_amp_gradients_are_unscaled():
     assert collector.mean('modules/0/grad_norm') == pytest.approx(
         expected, rel=1e-5)
     assert collector.mean('modules/0/update_ratio') > 0
+
+
+def test_stats_subset():
+    """stats=('grad_norm',): no forward hooks, only gradient norms."""
+    model = _toy()
+    runner = _mock_runner(model)
+    hook = ModuleStatsHook(modules='0', stats=('grad_norm', ))
+    hook.before_train(runner)
+    collector = Collector('modules/.*')
+    hook.before_train_iter(runner, 9)
+    assert not model[0]._forward_hooks
+    runner.optim_wrapper.update_params(model(torch.randn(4, 3)).sum())
+    hook.after_train_iter(runner, 9)
+    collector.update()
+    assert collector.names() == ['modules/0/grad_norm',
+                                 'modules/instrument_ms']
+    with pytest.raises(ValueError, match='stats must be'):
+        ModuleStatsHook(modules='0', stats=('act', 'typo'))

@@ -1,0 +1,154 @@
+"""Benchmark of ModuleStatsHook on a small conv/BN training run.
+
+Trains a 3 x [Conv2d, BatchNorm2d, ReLU] + Linear classifier (batch 32,
+3x32x32 synthetic images, SGD) in real mmengine Runners, with
+StatsCollectorHook at the default interval (LoggerHook's 10) and, in the
+second setup, ``ModuleStatsHook(modules=...)``: by default the 3 block
+outputs (``features.2/5/8``, the ReLUs; like ``backbone\\.layer\\d``), or
+every layer with ``--modules 'features\\.\\d+'``. Runs on CUDA when
+available (the Runner's device).
+Setups alternate in every repeat (interleaved, medians). Prints side by
+side, from this one run:
+
+1. the overhead on training time: total iteration time with the hook /
+   without (median over repeats of the paired ratio), and the same
+   estimated from the instrumented iterations' extra time / (interval x
+   iteration time) (less noisy: it needs no second run);
+2. the cost of the instrumented iteration: its time against a
+   non-instrumented one of the same run, and the host time the hook
+   reports itself (``modules/instrument_ms``).
+
+Usage: ``python tools/benchmarks/module_stats.py [--iters N] [--repeats R]``
+"""
+import argparse
+import statistics
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
+from mmengine.utils import ManagerMixin
+from torch import nn
+from torch.utils.data import Dataset
+
+import mmstats  # noqa: F401  (registers the hooks)
+
+INTERVAL = 10  # LoggerHook's default, which StatsCollectorHook follows
+
+
+class ConvBNNet(BaseModel):
+
+    def __init__(self) -> None:
+        super().__init__()
+        layers, cin = [], 3
+        for cout, stride in ((16, 1), (32, 2), (32, 2)):
+            layers += [nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+                       nn.BatchNorm2d(cout), nn.ReLU()]
+            cin = cout
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(cin, 10)
+
+    def forward(self, inputs, labels=None, mode='tensor'):
+        logits = self.head(self.features(inputs).mean(dim=(2, 3)))
+        if mode == 'loss':
+            return dict(loss=F.cross_entropy(logits, labels))
+        return logits
+
+
+class Images(Dataset):
+
+    def __init__(self, num: int = 320) -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.x = torch.randn(num, 3, 32, 32, generator=gen)
+        self.y = torch.randint(0, 10, (num, ), generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, idx: int) -> dict:
+        return dict(inputs=self.x[idx], labels=self.y[idx])
+
+
+def train(iters: int, modules: Optional[str],
+          batch_size: int) -> Dict[str, List[float]]:
+    """Per-iteration times (s) of one run and the hook's instrument_ms."""
+    hooks = [dict(type='mmstats.StatsCollectorHook')]
+    if modules:
+        hooks.append(dict(type='mmstats.ModuleStatsHook', modules=modules))
+    runner = Runner(
+        model=ConvBNNet(),
+        work_dir=tempfile.mkdtemp(),
+        experiment_name=f'bench_{time.time_ns()}',
+        train_dataloader=dict(
+            dataset=Images(), batch_size=batch_size, num_workers=0,
+            sampler=dict(type='InfiniteSampler', shuffle=True),
+            collate_fn=dict(type='default_collate')),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
+        train_cfg=dict(type='IterBasedTrainLoop', max_iters=iters),
+        default_hooks=dict(logger=dict(type='LoggerHook',
+                                       interval=INTERVAL),
+                           checkpoint=None),
+        custom_hooks=hooks,
+        log_level='WARNING',
+        default_scope=None)
+    runner.train()
+    times = list(runner.message_hub.get_scalar('train/time').data[0])
+    cost = runner.message_hub.get_scalar(
+        'stats/modules/instrument_ms/mean') if modules else None
+    for cls in ManagerMixin.__subclasses__():
+        cls._instance_dict.clear()
+    return dict(times=times,
+                instrument_ms=list(cost.data[0]) if cost else [])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--iters', type=int, default=200)
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--batch-size', type=int, default=32)
+    parser.add_argument('--modules', default=r'features\.(2|5|8)',
+                        help='ModuleStatsHook(modules=...)')
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    warmup = INTERVAL  # the first interval: allocations, first publication
+    ratios, estimates, costs, reported, plain_ms = [], [], [], [], []
+    for _ in range(args.repeats):  # interleaved: drifts hit both alike
+        plain = train(args.iters, None, args.batch_size)['times'][warmup:]
+        hooked = train(args.iters, args.modules, args.batch_size)
+        times = hooked['times'][warmup:]
+        ratios.append(sum(times) / sum(plain))
+        instrumented = [t for i, t in enumerate(times, warmup + 1)
+                        if i % INTERVAL == 0]
+        others = [t for i, t in enumerate(times, warmup + 1)
+                  if i % INTERVAL]
+        extra = statistics.median(instrumented) - statistics.median(others)
+        estimates.append(extra / (INTERVAL * statistics.median(plain)))
+        costs.append(extra * 1e3)
+        reported.append(statistics.median(hooked['instrument_ms'][1:]))
+        plain_ms.append(statistics.median(plain) * 1e3)
+    device = 'cuda' if torch.cuda.is_available() else 'cpu, 1 thread'
+    print(f'## ModuleStatsHook(modules={args.modules!r}) on a conv/BN net, '
+          f'batch {args.batch_size}, {args.iters} iterations, interval '
+          f'{INTERVAL}, {device}, median of {args.repeats} interleaved '
+          'repeats')
+    rows = [
+        ('iteration time without the hook (ms)',
+         f'{statistics.median(plain_ms):8.3f}'),
+        ('overhead on training time, with / without hook',
+         f'{100 * (statistics.median(ratios) - 1):7.2f}%'),
+        ('overhead estimated from the instrumented iterations',
+         f'{100 * statistics.median(estimates):7.2f}%'),
+        ('instrumented iteration: extra time vs others (ms)',
+         f'{statistics.median(costs):8.3f}'),
+        ('instrumented iteration: instrument_ms reported (ms)',
+         f'{statistics.median(reported):8.3f}'),
+    ]
+    for label, value in rows:
+        print(f'{label:58s} {value}')
+
+
+if __name__ == '__main__':
+    main()
