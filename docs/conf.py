@@ -8,8 +8,9 @@ sys.path.insert(0, os.path.abspath('..'))
 project = 'mmstats'
 copyright = '2026, mmstats contributors'
 author = 'mmstats contributors'
-extensions = ['sphinx.ext.autodoc', 'sphinx.ext.napoleon',
-              'sphinx.ext.viewcode']
+extensions = [
+    'sphinx.ext.autodoc', 'sphinx.ext.napoleon', 'sphinx.ext.viewcode'
+]
 napoleon_google_docstring = True
 autodoc_member_order = 'bysource'
 autodoc_typehints = 'none'  # the docstrings name the types

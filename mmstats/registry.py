@@ -9,10 +9,16 @@ needed and the config's ``default_scope`` stays the user's (``mmpretrain``,
 ``mmdet``...). Nothing is registered in mmengine's root registries: a user's
 own names never collide with ours, and an unprefixed ``type='PreciseBNHook'``
 never silently resolves to mmstats' hook (or ours to another package's).
+
+Only ``HOOKS`` exists: ``default_scope='mmstats'`` is not needed (mmstats has
+no models or datasets; under it a Runner warns for every other registry),
+keep the config's own scope and use the prefix. See ``docs/architecture.md``.
 """
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import Registry
 
 HOOKS = Registry(
-    'hook', parent=MMENGINE_HOOKS, scope='mmstats',
+    'hook',
+    parent=MMENGINE_HOOKS,
+    scope='mmstats',
     locations=['mmstats.hooks'])

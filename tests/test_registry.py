@@ -10,8 +10,11 @@ from mmstats.registry import HOOKS
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, '-c', textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, '-c',
+                           textwrap.dedent(code)],
+                          capture_output=True,
+                          text=True,
+                          timeout=120)
 
 
 def test_users_can_register_the_demo_names_after_importing_mmstats():
@@ -51,15 +54,17 @@ def test_scope_prefix_builds_without_any_import():
         """)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split('\n')[:2] == [
-        'mmstats.hooks.precise_bn_hook PreciseBNHook', 'False']
+        'mmstats.hooks.precise_bn_hook PreciseBNHook', 'False'
+    ]
 
 
 def test_only_the_hooks_are_registered_and_only_in_the_mmstats_scope():
     assert HOOKS.scope == 'mmstats'
     assert HOOKS.get('PreciseBNHook') is PreciseBNHook
     assert HOOKS.get('StatsCollectorHook') is StatsCollectorHook
-    assert set(HOOKS.module_dict) <= {'PreciseBNHook', 'StatsCollectorHook',
-                                      'ModuleStatsHook'}
+    assert set(HOOKS.module_dict) <= {
+        'PreciseBNHook', 'StatsCollectorHook', 'ModuleStatsHook'
+    }
     for name in HOOKS.module_dict:
         assert ROOT_HOOKS.module_dict.get(name) is not HOOKS.get(name)
 

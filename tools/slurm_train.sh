@@ -3,9 +3,10 @@
 #   bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG WORK_DIR [options]
 # GPUS (tasks in all, default 8), GPUS_PER_NODE (tasks per node, default 8),
 # CPUS_PER_TASK (default 5), SRUN_ARGS, PORT (MASTER_PORT, default 29500) and
-# PYTHON may be set. On a CPU partition set GRES_GPUS=0 (then no --gres is
-# asked for; the tasks train with gloo); by default each node asks for
-# --gres=gpu:GPUS_PER_NODE.
+# PYTHON may be set. --gres=gpu:GPUS_PER_NODE is asked for only when
+# GPUS_PER_NODE > 0. On a CPU partition: GPUS_PER_NODE=0 (Slurm places the
+# GPUS tasks) or GRES_GPUS=0 with GPUS_PER_NODE=tasks per node; the tasks
+# then train with gloo.
 set -x
 PARTITION=$1
 JOB_NAME=$2
@@ -22,6 +23,8 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 GRES=""
 if [ "$GRES_GPUS" -gt 0 ]; then GRES="--gres=gpu:${GRES_GPUS}"; fi
+TASKS_PER_NODE=""
+if [ "$GPUS_PER_NODE" -gt 0 ]; then TASKS_PER_NODE="--ntasks-per-node=${GPUS_PER_NODE}"; fi
 PY_ARGS=${@:5}
 
 export MASTER_PORT=${PORT:-29500}
@@ -30,7 +33,7 @@ srun -p "${PARTITION}" \
     --job-name="${JOB_NAME}" \
     ${GRES} \
     --ntasks="${GPUS}" \
-    --ntasks-per-node="${GPUS_PER_NODE}" \
+    ${TASKS_PER_NODE} \
     --cpus-per-task="${CPUS_PER_TASK}" \
     --kill-on-bad-exit=1 \
     ${SRUN_ARGS} \

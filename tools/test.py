@@ -24,11 +24,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('checkpoint', help='the checkpoint to evaluate')
     parser.add_argument('--work-dir', help='the dir to save logs')
     parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
         help='override settings of the config, key=value')
     parser.add_argument(
-        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none', help='job launcher')
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
@@ -38,8 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build_config(args: argparse.Namespace) -> Config:
     """Load the config and apply the command line to it."""
-    for path, what in ((args.config, 'config'),
-                       (args.checkpoint, 'checkpoint')):
+    for path, what in ((args.config, 'config'), (args.checkpoint,
+                                                 'checkpoint')):
         if not osp.isfile(path):
             raise FileNotFoundError(f'{what} file {path!r} does not exist')
     cfg = Config.fromfile(args.config)
@@ -47,7 +51,8 @@ def build_config(args: argparse.Namespace) -> Config:
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
     cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        './work_dirs', osp.splitext(osp.basename(args.config))[0])
+        './work_dirs',
+        osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
     cfg.resume = False
     return cfg
@@ -61,9 +66,10 @@ def main(argv=None) -> dict:
     runner = Runner.from_cfg(cfg)
     metrics = runner.test()
     if is_main_process():
-        print('test: ' + ', '.join(f'{k}={v:.4f}' for k, v in metrics.items()
-                                    if isinstance(v, (int, float))),
-              flush=True)
+        print(
+            'test: ' + ', '.join(f'{k}={v:.4f}' for k, v in metrics.items()
+                                 if isinstance(v, (int, float))),
+            flush=True)
     return metrics
 
 

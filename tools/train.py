@@ -10,12 +10,13 @@ import argparse
 import os
 import os.path as osp
 import sys
+from typing import Optional
 
 from mmengine.config import Config, DictAction
 from mmengine.dist import is_main_process
+from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-from mmstats.hooks import StatsCollectorHook
 from mmstats.utils import allow_mmengine_checkpoints, setup_launcher
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # tools/analysis
@@ -33,7 +34,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='resume from the given checkpoint; without a path, from the '
         'latest checkpoint in the work dir')
     parser.add_argument(
-        '--amp', action='store_true',
+        '--amp',
+        action='store_true',
         help='enable automatic mixed precision training (needs CUDA)')
     parser.add_argument(
         '--cfg-options',
@@ -90,32 +92,44 @@ def build_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def report(runner: Runner) -> None:
-    """Print the final val accuracy and where the outputs are (rank 0)."""
+class FinalMetricsHook(Hook):
+    """Keep the metrics of the last validation (the evaluator's own dict,
+    without what other hooks put into the message hub)."""
+
+    priority = 'LOWEST'
+
+    def __init__(self) -> None:
+        self.metrics: dict = {}
+
+    def after_val_epoch(self, runner, metrics: Optional[dict] = None) -> None:
+        self.metrics = dict(metrics or {})
+
+
+def plot_curves(scalars: str) -> Optional[str]:
+    """The loss/accuracy PNG, or None without matplotlib (demo extra)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return None
+    from analysis.plot_curves import plot_training_curves
+    return plot_training_curves(scalars)
+
+
+def report(runner: Runner, metrics: dict) -> None:
+    """Print the final validation metrics and where the outputs are."""
     if not is_main_process():
         return
-    from analysis.plot_curves import plot_training_curves
     scalars = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
-    plot = plot_training_curves(scalars)
-    # the evaluator's metrics, without StatsCollectorHook's statistics (its
-    # log-line keys 'val/<name>/<stat>' are stored as 'val/val/<name>/...')
-    stats_prefixes = tuple('val/val/' for hook in runner.hooks
-                           if isinstance(hook, StatsCollectorHook))
-    acc = {
-        key[len('val/'):]: buffer.current()
-        for key, buffer in runner.message_hub.log_scalars.items()
-        if key.startswith('val/') and not key.endswith('time')
-        and not key.startswith(stats_prefixes)
-    }
     lines = ['', '=' * 60]
-    if acc:
-        lines.append('final validation: ' + ', '.join(
-            f'{k}={v:.2f}' for k, v in acc.items()))
+    numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+    if numbers:
+        lines.append('final validation: ' +
+                     ', '.join(f'{k}={v:.2f}' for k, v in numbers.items()))
     lines += [
         f'logs:        {osp.join(runner.log_dir, runner.timestamp + ".log")}',
         f'scalars:     {scalars}',
         f'checkpoints: {osp.abspath(runner.work_dir)}',
-        f'plots:       {plot}',
+        f'plots:       {plot_curves(scalars)}',
         '=' * 60,
     ]
     print('\n'.join(lines), flush=True)
@@ -127,8 +141,10 @@ def main(argv=None) -> None:
     cfg = build_config(args)
     setup_launcher(cfg)
     runner = Runner.from_cfg(cfg)
+    final_metrics = FinalMetricsHook()
+    runner.register_hook(final_metrics)
     runner.train()
-    report(runner)
+    report(runner, final_metrics.metrics)
 
 
 if __name__ == '__main__':

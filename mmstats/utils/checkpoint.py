@@ -20,9 +20,11 @@ import torch
 
 
 def _numpy_globals() -> list:
-    dtypes = [type(np.dtype(name)) for name in (
-        'float64', 'float32', 'float16', 'int64', 'int32', 'int16', 'int8',
-        'uint8', 'bool')]
+    dtypes = [
+        type(np.dtype(name))
+        for name in ('float64', 'float32', 'float16', 'int64', 'int32',
+                     'int16', 'int8', 'uint8', 'bool')
+    ]
     try:
         from numpy._core.multiarray import _reconstruct, scalar
     except ImportError:  # numpy < 2
@@ -33,8 +35,9 @@ def _numpy_globals() -> list:
 def history_buffer_getattr(obj, name: str):
     """``getattr`` restricted to ``HistoryBuffer``'s statistics methods."""
     from mmengine.logging import HistoryBuffer
-    allowed = {'min', 'max', 'current', 'mean',
-               *HistoryBuffer._statistics_methods}
+    allowed = {
+        'min', 'max', 'current', 'mean', *HistoryBuffer._statistics_methods
+    }
     if obj is HistoryBuffer and name in allowed:
         return getattr(obj, name)
     raise pickle.UnpicklingError(

@@ -12,6 +12,5 @@ setup(
     packages=find_packages(include=['digits_demo', 'digits_demo.*']),
     # mmstats itself comes from the repository root (`pip install -e .`):
     # the PyPI name 'mmstats' belongs to an unrelated package.
-    install_requires=['mmcv-lite>=2.0.0', 'scikit-learn',
-                      'matplotlib'],
+    install_requires=['mmcv-lite>=2.0.0', 'scikit-learn', 'matplotlib'],
 )

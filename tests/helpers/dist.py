@@ -2,8 +2,9 @@
 
 Worker functions must be defined at module level (they are pickled for
 ``spawn``) and return plain data (numbers, lists, numpy arrays): torch's
-queue shares tensors through the sending process, which exits. Each call uses a fresh free port; a hang fails the test after
-``timeout`` seconds instead of blocking the suite. Each rank gets its own
+queue shares tensors through the sending process, which exits. Each call
+uses a fresh free port; a hang fails the test after ``timeout`` seconds
+instead of blocking the suite. Each rank gets its own
 ``PYTHONHASHSEED`` (rank + 1), so set/dict-ordering bugs cannot hide behind
 a shared seed.
 """
@@ -24,11 +25,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, fn: Callable,
-            args: tuple, queue) -> None:
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
-                      RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world_size))
+def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple,
+            queue) -> None:
+    os.environ.update(
+        MASTER_ADDR='127.0.0.1',
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size))
     torch.set_num_threads(1)
     try:
         dist.init_process_group('gloo', rank=rank, world_size=world_size)
@@ -40,7 +44,9 @@ def _worker(rank: int, world_size: int, port: int, fn: Callable,
             dist.destroy_process_group()
 
 
-def run_distributed(fn: Callable, world_size: int, *args: Any,
+def run_distributed(fn: Callable,
+                    world_size: int,
+                    *args: Any,
                     timeout: float = 120) -> List[Any]:
     """Call ``fn(rank, world_size, *args)`` on ``world_size`` gloo processes.
 
@@ -55,9 +61,10 @@ def run_distributed(fn: Callable, world_size: int, *args: Any,
     queue = ctx.Queue()
     port = free_port()
     procs = [
-        ctx.Process(target=_worker,
-                    args=(rank, world_size, port, fn, args, queue),
-                    daemon=True) for rank in range(world_size)
+        ctx.Process(
+            target=_worker,
+            args=(rank, world_size, port, fn, args, queue),
+            daemon=True) for rank in range(world_size)
     ]
     saved_seed = os.environ.get('PYTHONHASHSEED')
     try:

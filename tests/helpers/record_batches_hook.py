@@ -1,6 +1,7 @@
 """A test-only hook that records which samples each rank trains on.
 
-Import it with ``custom_imports=dict(imports=['tests.helpers.record_batches_hook'])``.
+Import it with
+``custom_imports=dict(imports=['tests.helpers.record_batches_hook'])``.
 """
 import json
 import os.path as osp

@@ -7,8 +7,11 @@ from mmengine.config import Config
 from . import toy  # noqa: F401  (registers the toy classes)
 
 
-def _loader(num_samples: int, batch_size: int, shuffle: bool,
-            infinite: bool = False, dataset: Optional[dict] = None) -> dict:
+def _loader(num_samples: int,
+            batch_size: int,
+            shuffle: bool,
+            infinite: bool = False,
+            dataset: Optional[dict] = None) -> dict:
     sampler = 'InfiniteSampler' if infinite else 'DefaultSampler'
     return dict(
         batch_size=batch_size,
@@ -51,32 +54,37 @@ def toy_cfg(work_dir: str,
         Config: Ready for ``Runner.from_cfg``.
     """
     if by_epoch:
-        train_cfg = dict(by_epoch=True, max_epochs=max_epochs,
-                         val_interval=val_interval or 1)
+        train_cfg = dict(
+            by_epoch=True,
+            max_epochs=max_epochs,
+            val_interval=val_interval or 1)
     else:
-        train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters,
-                         val_interval=val_interval or max_iters)
-    cfg = Config(dict(
-        work_dir=str(work_dir),
-        experiment_name=f'toy_{time.time_ns()}',
-        model=dict(type='ToyBNModel', report_stats=report_stats),
-        train_dataloader=_loader(num_samples, batch_size, True,
-                                 infinite=not by_epoch),
-        val_dataloader=_loader(64, 32, False),
-        val_evaluator=dict(type='ToyAccuracy'),
-        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1,
-                                          momentum=0.9)),
-        train_cfg=train_cfg,
-        val_cfg=dict(),
-        default_hooks=dict(
-            logger=dict(type='LoggerHook', interval=log_interval),
-            checkpoint=dict(type='CheckpointHook', interval=100,
-                            by_epoch=by_epoch)),
-        log_processor=dict(by_epoch=by_epoch),
-        env_cfg=dict(dist_cfg=dict(backend='gloo')),
-        randomness=dict(seed=0),
-        default_scope=None,
-    ))
+        train_cfg = dict(
+            type='IterBasedTrainLoop',
+            max_iters=max_iters,
+            val_interval=val_interval or max_iters)
+    cfg = Config(
+        dict(
+            work_dir=str(work_dir),
+            experiment_name=f'toy_{time.time_ns()}',
+            model=dict(type='ToyBNModel', report_stats=report_stats),
+            train_dataloader=_loader(
+                num_samples, batch_size, True, infinite=not by_epoch),
+            val_dataloader=_loader(64, 32, False),
+            val_evaluator=dict(type='ToyAccuracy'),
+            optim_wrapper=dict(
+                optimizer=dict(type='SGD', lr=0.1, momentum=0.9)),
+            train_cfg=train_cfg,
+            val_cfg=dict(),
+            default_hooks=dict(
+                logger=dict(type='LoggerHook', interval=log_interval),
+                checkpoint=dict(
+                    type='CheckpointHook', interval=100, by_epoch=by_epoch)),
+            log_processor=dict(by_epoch=by_epoch),
+            env_cfg=dict(dist_cfg=dict(backend='gloo')),
+            randomness=dict(seed=0),
+            default_scope=None,
+        ))
     cfg.merge_from_dict(overrides)
     return cfg
 
@@ -85,6 +93,6 @@ def gloo_launch(cfg: Config) -> Config:
     """Make ``cfg`` run inside an already initialised gloo process group
     (``tests.helpers.dist.run_distributed``)."""
     cfg.launcher = 'pytorch'
-    cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel',
-                                 device_ids=None)
+    cfg.model_wrapper_cfg = dict(
+        type='MMDistributedDataParallel', device_ids=None)
     return cfg

@@ -34,7 +34,9 @@ class ToyDataset(Dataset):
             sample index under this name. Defaults to None.
     """
 
-    def __init__(self, num_samples: int = 160, seed: int = 0,
+    def __init__(self,
+                 num_samples: int = 160,
+                 seed: int = 0,
                  report_name: Optional[str] = None) -> None:
         gen = torch.Generator().manual_seed(seed)
         templates = torch.rand(10, 1, 8, 8, generator=gen)
@@ -49,9 +51,9 @@ class ToyDataset(Dataset):
     def __getitem__(self, idx: int) -> dict:
         if self.report_name:
             report(self.report_name, float(idx))
-        return dict(inputs=self.images[idx],
-                    data_samples=dict(gt_label=int(self.labels[idx]),
-                                      img_id=int(idx)))
+        return dict(
+            inputs=self.images[idx],
+            data_samples=dict(gt_label=int(self.labels[idx]), img_id=int(idx)))
 
 
 class ToyStem(nn.Module):
@@ -89,14 +91,18 @@ class ToyBNModel(BaseModel):
             False.
     """
 
-    def __init__(self, channels: int = 8, report_stats: bool = False,
+    def __init__(self,
+                 channels: int = 8,
+                 report_stats: bool = False,
                  data_preprocessor: Optional[dict] = None) -> None:
         super().__init__(data_preprocessor=data_preprocessor)
         self.backbone = ToyBackbone(channels)
         self.head = nn.Linear(channels, 10)
         self.report_stats = report_stats
 
-    def forward(self, inputs: torch.Tensor, data_samples: Optional[dict] = None,
+    def forward(self,
+                inputs: torch.Tensor,
+                data_samples: Optional[dict] = None,
                 mode: str = 'tensor'):
         feats = self.backbone(inputs).mean(dim=(2, 3))
         if self.report_stats:

@@ -1,5 +1,6 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""PNG plots from the ``scalars.json`` that mmengine's LocalVisBackend writes."""
+"""PNG plots from the ``scalars.json`` that mmengine's LocalVisBackend
+writes."""
 import json
 import os.path as osp
 from collections import defaultdict
@@ -14,8 +15,8 @@ def load_scalars(path: str) -> Series:
     Returns:
         dict: ``{key: (steps, values)}`` for every numeric key but ``step``.
     """
-    series: Dict[str, Tuple[List[float], List[float]]] = defaultdict(
-        lambda: ([], []))
+    series: Dict[str, Tuple[List[float],
+                            List[float]]] = defaultdict(lambda: ([], []))
     with open(path) as f:
         for line in f:
             line = line.strip()

@@ -1,4 +1,5 @@
-# Precise BN after every epoch (inherit with _base_ = [...]; any default_scope).
+# Precise BN after every epoch (inherit with _base_ = [...]; any
+# default_scope).
 custom_hooks = [
     dict(type='mmstats.PreciseBNHook', num_samples=8192, interval=1),
 ]

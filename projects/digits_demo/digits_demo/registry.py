@@ -14,8 +14,11 @@ from mmengine.registry import Registry
 
 def _child(name: str, locations: tuple = ()) -> Registry:
     parent = getattr(mmengine_registry, name)
-    return Registry(parent.name, parent=parent, scope='digits_demo',
-                    locations=list(locations))
+    return Registry(
+        parent.name,
+        parent=parent,
+        scope='digits_demo',
+        locations=list(locations))
 
 
 MODELS = _child('MODELS', ['digits_demo.models'])

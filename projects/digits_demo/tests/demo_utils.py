@@ -15,10 +15,13 @@ ITER_CONFIG = osp.join(PROJECT,
                        'configs/demo/resnet-mini_1xb64-iter_digits.py')
 MAIN_CONFIG = osp.join(
     PROJECT, 'configs/demo/resnet-mini_1xb64-precise-bn-stats_digits.py')
+RECORD_HOOK = 'tests.helpers.record_batches_hook'
 
 
-def small_cfg(config: str = EPOCH_CONFIG, work_dir: str = '.',
-              synthetic: bool = True, **overrides) -> Config:
+def small_cfg(config: str = EPOCH_CONFIG,
+              work_dir: str = '.',
+              synthetic: bool = True,
+              **overrides) -> Config:
     """A demo config made small: synthetic data, tiny model, quiet logs."""
     cfg = Config.fromfile(config)
     cfg.work_dir = str(work_dir)
@@ -36,14 +39,15 @@ def small_cfg(config: str = EPOCH_CONFIG, work_dir: str = '.',
     return cfg
 
 
-def recording_config(tmp_path, base: str = EPOCH_CONFIG,
+def recording_config(tmp_path,
+                     base: str = EPOCH_CONFIG,
                      extra: str = '') -> str:
     """Write a config that inherits ``base`` and records every training
     batch with ``tests.helpers.record_batches_hook.RecordBatchesHook``."""
     path = osp.join(str(tmp_path), 'recording_config.py')
     with open(path, 'w') as f:
         f.write(f"_base_ = [{base!r}]\n"
-                "custom_imports = dict(imports=['tests.helpers.record_batches_hook'])\n"
+                f"custom_imports = dict(imports=[{RECORD_HOOK!r}])\n"
                 "custom_hooks = [dict(type='RecordBatchesHook')]\n" + extra)
     return path
 
@@ -53,5 +57,10 @@ def run_train(*args: str, env: dict = None, timeout: float = 300):
     env = dict(os.environ if env is None else env)
     env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
     return subprocess.run(
-        [sys.executable, osp.join(REPO, 'tools/train.py'), *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        [sys.executable,
+         osp.join(REPO, 'tools/train.py'), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout)

@@ -1,10 +1,9 @@
 import numpy as np
 import pytest
-import torch
 from mmengine.dataset import default_collate
 
 from digits_demo.datasets import (DigitsDataset, Normalize, PackInputs,
-                              RandomShift, SyntheticDigitsDataset)
+                                  RandomShift, SyntheticDigitsDataset)
 from digits_demo.registry import DATASETS, TRANSFORMS
 
 
@@ -20,8 +19,7 @@ def test_digits_split_is_deterministic_disjoint_and_complete():
     assert [again.get_data_info(i)['img_id'] for i in range(359)] == \
         [val.get_data_info(i)['img_id'] for i in range(359)]
     other = DigitsDataset(split='val', val_fraction=0.2, split_seed=1)
-    assert {other.get_data_info(i)['img_id']
-            for i in range(359)} != val_idx
+    assert {other.get_data_info(i)['img_id'] for i in range(359)} != val_idx
 
 
 def test_digits_images_match_sklearn():
@@ -37,13 +35,15 @@ def test_digits_images_match_sklearn():
 def test_pipeline_packs_normalised_tensors():
     data = DigitsDataset(
         split='val',
-        pipeline=[dict(type='digits_demo.Normalize', mean=0.5, std=0.25),
-                  dict(type='digits_demo.PackInputs')])
+        pipeline=[
+            dict(type='digits_demo.Normalize', mean=0.5, std=0.25),
+            dict(type='digits_demo.PackInputs')
+        ])
     raw = DigitsDataset(split='val').get_data_info(3)
     sample = data[3]
     assert sample['inputs'].shape == (1, 8, 8)
-    np.testing.assert_allclose(sample['inputs'][0].numpy(),
-                               (raw['img'] - 0.5) / 0.25, rtol=1e-6)
+    np.testing.assert_allclose(
+        sample['inputs'][0].numpy(), (raw['img'] - 0.5) / 0.25, rtol=1e-6)
     assert int(sample['data_samples']['gt_label']) == raw['gt_label']
     batch = default_collate([data[0], data[1]])
     assert batch['inputs'].shape == (2, 1, 8, 8)
@@ -70,8 +70,9 @@ def test_synthetic_dataset_is_deterministic_and_learnable_format():
     a = SyntheticDigitsDataset(num_samples=50, split='all')
     b = SyntheticDigitsDataset(num_samples=50, split='all')
     assert len(a) == 50
-    np.testing.assert_array_equal(a.get_data_info(7)['img'],
-                                  b.get_data_info(7)['img'])
+    np.testing.assert_array_equal(
+        a.get_data_info(7)['img'],
+        b.get_data_info(7)['img'])
     labels = [a.get_data_info(i)['gt_label'] for i in range(50)]
     assert sorted(set(labels)) == list(range(10))
 

@@ -9,17 +9,22 @@ from digits_demo.registry import MODELS
 
 def build(norm_cfg=dict(type='BN'), **backbone):
     return MODELS.build(
-        dict(type='ImageClassifier',
-             backbone=dict(type='ResNetMini', stem_channels=8,
-                           stage_channels=(8, 16), norm_cfg=norm_cfg,
-                           **backbone)))
+        dict(
+            type='ImageClassifier',
+            backbone=dict(
+                type='ResNetMini',
+                stem_channels=8,
+                stage_channels=(8, 16),
+                norm_cfg=norm_cfg,
+                **backbone)))
 
 
 def batch(n=6):
     torch.manual_seed(0)
-    return dict(inputs=torch.randn(n, 1, 8, 8),
-                data_samples=dict(gt_label=torch.arange(n) % 10,
-                                  img_id=torch.arange(n)))
+    return dict(
+        inputs=torch.randn(n, 1, 8, 8),
+        data_samples=dict(
+            gt_label=torch.arange(n) % 10, img_id=torch.arange(n)))
 
 
 def test_modes_tensor_loss_predict():
@@ -55,9 +60,11 @@ def test_preprocessor_accepts_pseudo_collate_lists():
     data = batch(3)
     listed = dict(
         inputs=list(data['inputs']),
-        data_samples=[dict(gt_label=g, img_id=i) for g, i in zip(
-            data['data_samples']['gt_label'],
-            data['data_samples']['img_id'])])
+        data_samples=[
+            dict(gt_label=g, img_id=i)
+            for g, i in zip(data['data_samples']['gt_label'],
+                            data['data_samples']['img_id'])
+        ])
     a = model.data_preprocessor(listed, False)
     b = model.data_preprocessor(data, False)
     torch.testing.assert_close(a['inputs'], b['inputs'])
@@ -72,8 +79,10 @@ def test_preprocessor_accepts_pseudo_collate_lists():
 ])
 def test_norm_layers_come_from_norm_cfg(norm_cfg, layer):
     model = build(norm_cfg)
-    norms = [m for m in model.modules() if isinstance(
-        m, (nn.modules.batchnorm._BatchNorm, nn.GroupNorm))]
+    norms = [
+        m for m in model.modules()
+        if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.GroupNorm))
+    ]
     assert len(norms) == 6  # stem, 2 per block x 2 blocks, 1 downsample
     assert all(isinstance(m, layer) for m in norms)
     out = model(**model.data_preprocessor(batch(), False))

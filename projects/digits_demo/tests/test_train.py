@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from demo_utils import (EPOCH_CONFIG, ITER_CONFIG, MAIN_CONFIG, REPO,
+                        recording_config, run_train, small_cfg)
 from mmengine.runner import Runner
 
 from tests.helpers.dist import free_port
 from tests.helpers.record_batches_hook import read_batches
-from demo_utils import (EPOCH_CONFIG, ITER_CONFIG, MAIN_CONFIG, REPO,
-                                recording_config, run_train, small_cfg)
 
 
 def test_epoch_config_trains_with_a_real_runner(tmp_path, clean_mmengine):
@@ -27,7 +27,8 @@ def test_epoch_config_trains_with_a_real_runner(tmp_path, clean_mmengine):
 
 def test_iter_config_trains_with_a_real_runner(tmp_path, clean_mmengine):
     cfg = small_cfg(
-        ITER_CONFIG, tmp_path,
+        ITER_CONFIG,
+        tmp_path,
         train_cfg=dict(max_iters=12, val_interval=6),
         param_scheduler=[dict(type='ConstantLR', factor=1.0, by_epoch=False)],
         default_hooks=dict(checkpoint=dict(interval=6)))
@@ -40,8 +41,8 @@ def test_iter_config_trains_with_a_real_runner(tmp_path, clean_mmengine):
 
 def test_demo_reaches_95_percent_and_reports_paths(tmp_path):
     # the main job (`make demo`): both mmstats hooks on
-    out = run_train(MAIN_CONFIG, '--work-dir', str(tmp_path),
-                    '--cfg-options', 'train_cfg.max_epochs=8')
+    out = run_train(MAIN_CONFIG, '--work-dir', str(tmp_path), '--cfg-options',
+                    'train_cfg.max_epochs=8')
     assert out.returncode == 0, out.stderr[-3000:]
     line = re.search(r'^final validation: (.*)$', out.stdout, re.M).group(1)
     assert re.fullmatch(r'accuracy=[\d.]+', line), line  # metrics only
@@ -52,11 +53,13 @@ def test_demo_reaches_95_percent_and_reports_paths(tmp_path):
 
 
 def test_resume_continues_from_the_saved_epoch(tmp_path):
-    args = [recording_config(tmp_path), '--work-dir', str(tmp_path),
-            '--cfg-options',
-            'train_dataloader.dataset.type=SyntheticDigitsDataset',
-            'val_dataloader.dataset.type=SyntheticDigitsDataset',
-            'default_hooks.checkpoint.interval=1']
+    args = [
+        recording_config(tmp_path), '--work-dir',
+        str(tmp_path), '--cfg-options',
+        'train_dataloader.dataset.type=SyntheticDigitsDataset',
+        'val_dataloader.dataset.type=SyntheticDigitsDataset',
+        'default_hooks.checkpoint.interval=1'
+    ]
     first = run_train(*args, 'train_cfg.max_epochs=2')
     assert first.returncode == 0, first.stderr[-3000:]
     assert osp.isfile(osp.join(tmp_path, 'epoch_2.pth'))
@@ -73,12 +76,17 @@ def test_resume_continues_from_the_saved_epoch(tmp_path):
                       osp.join(tmp_path, 'epoch_2.pth'))
     assert third.returncode == 0, third.stderr[-3000:]
     # tools/test.py evaluates a checkpoint
-    test = subprocess.run(
-        [sys.executable, osp.join(REPO, 'tools/test.py'), args[0],
-         osp.join(tmp_path, 'epoch_3.pth'), '--work-dir', str(tmp_path),
-         '--cfg-options', *args[4:6]],
-        cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
-        capture_output=True, text=True, timeout=300)
+    test = subprocess.run([
+        sys.executable,
+        osp.join(REPO, 'tools/test.py'), args[0],
+        osp.join(tmp_path, 'epoch_3.pth'), '--work-dir',
+        str(tmp_path), '--cfg-options', *args[4:6]
+    ],
+                          cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO),
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
     assert test.returncode == 0, test.stderr[-3000:]
     assert re.search(r'test: accuracy=\d+\.\d+', test.stdout)
     missing = run_train(*args, '--resume', osp.join(tmp_path, 'nope.pth'))
@@ -90,11 +98,17 @@ def test_two_gloo_processes_train_on_different_data(tmp_path):
     # no PYTHON=: the scripts use the repository's .venv by themselves
     env = dict(os.environ, PORT=str(free_port()), OMP_NUM_THREADS='1')
     env.pop('PYTHON', None)
-    out = subprocess.run(
-        ['bash', osp.join(REPO, 'tools/dist_train.sh'),
-         recording_config(tmp_path), '2', '--work-dir', str(tmp_path),
-         '--cfg-options', 'train_cfg.max_epochs=1'],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([
+        'bash',
+        osp.join(REPO, 'tools/dist_train.sh'),
+        recording_config(tmp_path), '2', '--work-dir',
+        str(tmp_path), '--cfg-options', 'train_cfg.max_epochs=1'
+    ],
+                         cwd=REPO,
+                         env=env,
+                         capture_output=True,
+                         text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert 'final validation: accuracy=' in out.stdout
     ranks = [read_batches(tmp_path, rank) for rank in (0, 1)]
@@ -103,41 +117,60 @@ def test_two_gloo_processes_train_on_different_data(tmp_path):
     assert not seen[0] & seen[1]
     assert len(seen[0] | seen[1]) == 1438
     env['PORT'] = str(free_port())
-    out = subprocess.run(
-        ['bash', osp.join(REPO, 'tools/dist_test.sh'),
-         recording_config(tmp_path), osp.join(tmp_path, 'epoch_1.pth'), '2',
-         '--work-dir', str(tmp_path)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([
+        'bash',
+        osp.join(REPO, 'tools/dist_test.sh'),
+        recording_config(tmp_path),
+        osp.join(tmp_path, 'epoch_1.pth'), '2', '--work-dir',
+        str(tmp_path)
+    ],
+                         cwd=REPO,
+                         env=env,
+                         capture_output=True,
+                         text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r'test: accuracy=\d+\.\d+', out.stdout)
 
 
-@pytest.mark.parametrize('gres_gpus, expected', [('0', None),
-                                                 (None, '--gres=gpu:8')])
+@pytest.mark.parametrize('env_vars, expected, per_node', [
+    (dict(GRES_GPUS='0'), None, '--ntasks-per-node=8'),
+    (dict(GPUS_PER_NODE='0', GPUS='4'), None, None),
+    (dict(), '--gres=gpu:8', '--ntasks-per-node=8'),
+    (dict(GPUS_PER_NODE='2', GPUS='4'), '--gres=gpu:2', '--ntasks-per-node=2'),
+])
 def test_slurm_script_asks_for_gpus_only_on_gpu_partitions(
-        tmp_path, gres_gpus, expected):
+        tmp_path, env_vars, expected, per_node):
     fake = tmp_path / 'srun'
     fake.write_text('#!/bin/sh\necho "$@"\n')
     fake.chmod(0o755)
-    env = dict(os.environ, PATH=f'{tmp_path}:{os.environ["PATH"]}')
-    if gres_gpus is not None:
-        env['GRES_GPUS'] = gres_gpus
-    out = subprocess.run(
-        ['bash', osp.join(REPO, 'tools/slurm_train.sh'), 'cpu', 'job',
-         EPOCH_CONFIG, str(tmp_path)], env=env, capture_output=True,
-        text=True, timeout=60)
+    env = dict(os.environ, PATH=f'{tmp_path}:{os.environ["PATH"]}', **env_vars)
+    out = subprocess.run([
+        'bash',
+        osp.join(REPO, 'tools/slurm_train.sh'), 'cpu', 'job', EPOCH_CONFIG,
+        str(tmp_path)
+    ],
+                         env=env,
+                         capture_output=True,
+                         text=True,
+                         timeout=60)
     assert out.returncode == 0, out.stderr
     gres = [a for a in out.stdout.split() if a.startswith('--gres')]
     assert gres == ([expected] if expected else [])
+    per_node_args = [
+        a for a in out.stdout.split() if a.startswith('--ntasks-per-node')
+    ]
+    assert per_node_args == ([per_node] if per_node else [])
+    assert f'--ntasks={env_vars.get("GPUS", "8")}' in out.stdout.split()
     assert '--launcher=slurm' in out.stdout
 
 
 @pytest.mark.parametrize('args, message', [
     (['configs/nope.py'], 'does not exist'),
-    ([EPOCH_CONFIG, '--cfg-options',
-      'train_dataloader.dataset.split=tset'], 'split must be one of'),
-    ([EPOCH_CONFIG, '--cfg-options', 'model.backbone.norm_cfg.type=Foo'],
-     "norm_cfg type 'Foo' is not a registered norm layer"),
+    ([EPOCH_CONFIG, '--cfg-options', 'train_dataloader.dataset.split=tset'
+      ], 'split must be one of'),
+    ([EPOCH_CONFIG, '--cfg-options', 'model.backbone.norm_cfg.type=Foo'
+      ], "norm_cfg type 'Foo' is not a registered norm layer"),
 ])
 def test_bad_config_values_fail_clearly(tmp_path, args, message):
     out = run_train(*args, '--work-dir', str(tmp_path))

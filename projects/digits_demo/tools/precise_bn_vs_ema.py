@@ -6,7 +6,8 @@ EMA statistics lag behind fast-moving weights (low BN momentum, high
 learning rate): once as is, once with PreciseBNHook. Prints the accuracy
 per epoch of both and saves a PNG plot.
 
-    python projects/digits_demo/tools/precise_bn_vs_ema.py [--momentum 0.01] [--lr 0.2]
+    python projects/digits_demo/tools/precise_bn_vs_ema.py \\
+        [--momentum 0.01] [--lr 0.2]
 """
 import argparse
 import os.path as osp
@@ -18,8 +19,7 @@ REPO = osp.dirname(osp.dirname(PROJECT))
 sys.path.insert(0, osp.join(REPO, 'tools'))
 CONFIG = osp.join(PROJECT, 'configs/demo/resnet-mini_1xb64_digits.py')
 PRECISE_CONFIG = osp.join(
-    PROJECT,
-    'configs/precise_bn/resnet-mini_1xb64-precise-bn-epoch_digits.py')
+    PROJECT, 'configs/precise_bn/resnet-mini_1xb64-precise-bn-epoch_digits.py')
 
 
 def val_accuracy(work_dir: str) -> list:
@@ -32,27 +32,37 @@ def val_accuracy(work_dir: str) -> list:
 
 
 def train(config: str, work_dir: str, options: list) -> list:
-    cmd = [sys.executable, osp.join(REPO, 'tools/train.py'), config,
-           '--work-dir', work_dir, '--cfg-options', *options]
+    cmd = [
+        sys.executable,
+        osp.join(REPO, 'tools/train.py'), config, '--work-dir', work_dir,
+        '--cfg-options', *options
+    ]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return val_accuracy(work_dir)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--momentum', type=float, default=0.01,
-                        help='BN momentum (lower: EMA stats lag more)')
+    parser.add_argument(
+        '--momentum',
+        type=float,
+        default=0.01,
+        help='BN momentum (lower: EMA stats lag more)')
     parser.add_argument('--lr', type=float, default=0.2)
     parser.add_argument('--epochs', type=int, default=15)
     parser.add_argument('--num-samples', type=int, default=1024)
     parser.add_argument('--work-dir', default='work_dirs/precise_bn_vs_ema')
-    parser.add_argument('--out', default=None,
-                        help='PNG path (default: WORK_DIR/precise_bn_vs_ema'
-                        '.png)')
+    parser.add_argument(
+        '--out',
+        default=None,
+        help='PNG path (default: WORK_DIR/precise_bn_vs_ema'
+        '.png)')
     args = parser.parse_args()
-    common = [f'model.backbone.norm_cfg.momentum={args.momentum}',
-              f'optim_wrapper.optimizer.lr={args.lr}',
-              f'train_cfg.max_epochs={args.epochs}']
+    common = [
+        f'model.backbone.norm_cfg.momentum={args.momentum}',
+        f'optim_wrapper.optimizer.lr={args.lr}',
+        f'train_cfg.max_epochs={args.epochs}'
+    ]
     ema = train(CONFIG, osp.join(args.work_dir, 'ema'), common)
     precise = train(
         PRECISE_CONFIG, osp.join(args.work_dir, 'precise_bn'), common + [

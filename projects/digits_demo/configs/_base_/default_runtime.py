@@ -7,8 +7,8 @@ default_hooks = dict(
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=10),
     param_scheduler=dict(type='ParamSchedulerHook'),
-    checkpoint=dict(type='CheckpointHook', interval=5, max_keep_ckpts=2,
-                    save_last=True),
+    checkpoint=dict(
+        type='CheckpointHook', interval=5, max_keep_ckpts=2, save_last=True),
     sampler_seed=dict(type='DistSamplerSeedHook'),
 )
 env_cfg = dict(

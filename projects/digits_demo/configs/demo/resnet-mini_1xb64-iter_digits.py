@@ -7,6 +7,5 @@ _base_ = [
 # loader runs out (mmengine's _InfiniteDataloaderIterator).
 train_dataloader = dict(sampler=dict(type='InfiniteSampler', shuffle=True))
 default_hooks = dict(
-    checkpoint=dict(by_epoch=False, interval=100),
-    logger=dict(interval=25))
+    checkpoint=dict(by_epoch=False, interval=100), logger=dict(interval=25))
 log_processor = dict(by_epoch=False)

@@ -5,5 +5,7 @@ _base_ = ['./resnet-mini_1xb64_digits.py']
 model = dict(report_stats=True)
 custom_hooks = [
     dict(type='mmstats.PreciseBNHook', num_samples=1024, interval=1),
-    dict(type='mmstats.StatsCollectorHook', stats=('mean', 'std', 'min', 'max')),
+    dict(
+        type='mmstats.StatsCollectorHook',
+        stats=('mean', 'std', 'min', 'max')),
 ]

@@ -2,6 +2,8 @@
 _base_ = ['../demo/resnet-mini_1xb64_digits.py']
 model = dict(report_stats=True)
 custom_hooks = [
-    dict(type='mmstats.StatsCollectorHook', by_epoch=True,
-         stats=('num', 'mean', 'std', 'min', 'max')),
+    dict(
+        type='mmstats.StatsCollectorHook',
+        by_epoch=True,
+        stats=('num', 'mean', 'std', 'min', 'max')),
 ]

@@ -3,5 +3,7 @@
 _base_ = ['../demo/resnet-mini_1xb64-iter_digits.py']
 model = dict(report_stats=True)
 custom_hooks = [
-    dict(type='mmstats.StatsCollectorHook', stats=('mean', 'std', 'min', 'max')),
+    dict(
+        type='mmstats.StatsCollectorHook',
+        stats=('mean', 'std', 'min', 'max')),
 ]

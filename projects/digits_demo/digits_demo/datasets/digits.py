@@ -1,5 +1,6 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""The embedded default data: scikit-learn's handwritten digits (no download)."""
+"""The embedded default data: scikit-learn's handwritten digits (no
+download)."""
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -71,8 +72,8 @@ class DigitsDataset(BaseDataset):
         from sklearn.datasets import load_digits
         digits = load_digits()
         images = (digits.images / 16.0).astype(np.float32)
-        keep = split_indices(len(images), self.split, self.val_fraction,
-                             self.split_seed)
+        keep = split_indices(
+            len(images), self.split, self.val_fraction, self.split_seed)
         return [
             dict(img=images[i], gt_label=int(digits.target[i]), img_id=int(i))
             for i in keep

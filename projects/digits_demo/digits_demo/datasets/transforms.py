@@ -1,7 +1,5 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """Transforms of the embedded digits pipeline (pure numpy, no OpenCV)."""
-from typing import Sequence, Union
-
 import numpy as np
 import torch
 from mmcv.transforms import BaseTransform
@@ -60,8 +58,8 @@ class Normalize(BaseTransform):
         self.std = float(std)
 
     def transform(self, results: dict) -> dict:
-        results['img'] = ((results['img'] - self.mean) / self.std).astype(
-            np.float32)
+        results['img'] = ((results['img'] - self.mean) /
+                          self.std).astype(np.float32)
         return results
 
 

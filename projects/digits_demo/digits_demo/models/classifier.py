@@ -99,7 +99,9 @@ class ImageClassifier(BaseModel):
         preds = scores.argmax(dim=1)
         gts = None if data_samples is None else data_samples['gt_label']
         return [
-            dict(pred_label=preds[i], score=scores[i],
-                 gt_label=None if gts is None else gts[i])
+            dict(
+                pred_label=preds[i],
+                score=scores[i],
+                gt_label=None if gts is None else gts[i])
             for i in range(len(preds))
         ]

@@ -1,6 +1,4 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-from typing import Union
-
 import torch
 from mmengine.model import BaseDataPreprocessor
 

@@ -30,12 +30,21 @@ class BasicBlock(BaseModule):
         self.conv1 = ConvModule(
             in_channels, out_channels, 3, stride, 1, norm_cfg=norm_cfg)
         self.conv2 = ConvModule(
-            out_channels, out_channels, 3, 1, 1, norm_cfg=norm_cfg,
+            out_channels,
+            out_channels,
+            3,
+            1,
+            1,
+            norm_cfg=norm_cfg,
             act_cfg=None)
         self.downsample = None
         if stride != 1 or in_channels != out_channels:
             self.downsample = ConvModule(
-                in_channels, out_channels, 1, stride, norm_cfg=norm_cfg,
+                in_channels,
+                out_channels,
+                1,
+                stride,
+                norm_cfg=norm_cfg,
                 act_cfg=None)
         self.relu = nn.ReLU(inplace=True)
 

@@ -1,4 +1,5 @@
-norm_cfg = dict(type='BN')  # or dict(type='GN', num_groups=8), dict(type='SyncBN')
+norm_cfg = dict(
+    type='BN')  # or dict(type='GN', num_groups=8), dict(type='SyncBN')
 model = dict(
     type='ImageClassifier',
     backbone=dict(
