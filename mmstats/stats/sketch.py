@@ -91,9 +91,11 @@ class LogBuckets:
     def bucket_counts(self, values: torch.Tensor) -> torch.Tensor:
         """Sketch of ``values`` on their device, without a host sync.
 
-        Only elementwise ops and one ``index_add_`` into a fixed-size zeros
-        tensor (``torch.bincount`` would size its output from the data: a
-        sync on CUDA). Keys are computed in float64.
+        Only elementwise ops and a fixed-size histogram: ``torch.histc`` on
+        CUDA, ``index_add_`` into a zeros tensor on CPU and under
+        ``torch.use_deterministic_algorithms`` (``torch.bincount`` would size
+        its output from the data: a sync on CUDA). Keys are computed in
+        float64; counts are exact float64 integers.
 
         Args:
             values (Tensor): Values of any shape, real dtype and device.
@@ -109,6 +111,11 @@ class LogBuckets:
         # x * 0 is NaN exactly for NaN / inf values: a spare last slot
         index = torch.addcmul(x * 0. + self.zero_index, torch.sign(x),
                               offset).nan_to_num_(float(self.size))
+        if x.is_cuda and not torch.are_deterministic_algorithms_enabled():
+            # per-block shared-memory histogram: index_add_'s global atomics
+            # serialise on a popular bucket (zeros of a ReLU: 12x slower)
+            return torch.histc(index, self.size + 1, -0.5,
+                               self.size + 0.5)[:self.size]
         counts = torch.zeros(self.size + 1, dtype=_F64, device=x.device)
         ones = torch.ones(1, dtype=_F64, device=x.device).expand(x.numel())
         counts.index_add_(0, index.long(), ones)

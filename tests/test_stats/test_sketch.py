@@ -132,14 +132,19 @@ def test_matches_ddsketch_package():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
-def test_cuda_counts_without_sync():
+@pytest.mark.parametrize('deterministic', [False, True])
+def test_cuda_counts_without_sync(deterministic):
+    """histc (index_add_ in deterministic mode) equals the CPU counts."""
     values = mixed_sign(np.random.default_rng(5))
+    values[:5000] = 0.  # a popular bucket
     x = torch.from_numpy(values).float().cuda()
+    bucket_counts(x)  # warm-up: lazy CUDA initialisation may sync
+    torch.use_deterministic_algorithms(deterministic)
     torch.cuda.set_sync_debug_mode('error')
     try:
         counts = bucket_counts(x)
     finally:
         torch.cuda.set_sync_debug_mode('default')
-    assert counts.is_cuda
-    np.testing.assert_array_equal(counts.cpu(),
-                                  bucket_counts(x.cpu()))
+        torch.use_deterministic_algorithms(False)
+    assert counts.is_cuda and counts.dtype is torch.float64
+    np.testing.assert_array_equal(counts.cpu(), bucket_counts(x.cpu()))
