@@ -102,9 +102,10 @@ class Collector:
             elif num == 0:
                 stats[name] = EasyDict(num=0, mean=math.nan, std=math.nan)
             else:
-                stats[name] = EasyDict(num=num,
-                                       mean=collector.mean(name),
-                                       std=collector.std(name))
+                stats[name] = EasyDict(
+                    num=num,
+                    mean=collector.mean(name),
+                    std=collector.std(name))
         self._stats = stats
 
     def _get(self, name: str) -> EasyDict:

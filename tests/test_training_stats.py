@@ -26,8 +26,8 @@ def ts():
 
 def expected(values):
     """num, mean and population std of the finite values, numpy float64."""
-    x = np.concatenate([np.asarray(v, dtype=np.float64).ravel()
-                        for v in values])
+    x = np.concatenate(
+        [np.asarray(v, dtype=np.float64).ravel() for v in values])
     x = x[np.isfinite(x)]
     if not x.size:
         return dict(num=0, mean=math.nan, std=math.nan)
@@ -41,8 +41,9 @@ def assert_stat(got, values):
         if math.isnan(want[key]):
             assert math.isnan(got[key]), (key, got)
         else:
-            assert math.isclose(got[key], want[key], rel_tol=1e-12,
-                                abs_tol=1e-15), (key, got[key], want[key])
+            assert math.isclose(
+                got[key], want[key], rel_tol=1e-12,
+                abs_tol=1e-15), (key, got[key], want[key])
 
 
 def stylegan3_tick(ts, collector, rng, tick, jsonl):
@@ -83,10 +84,12 @@ def test_stylegan3_training_loop_pattern(ts):
             assert_stat(fields[name], values)
             # the tensorboard loop: value.mean by attribute
             stat = stats_dict[name]
-            np.testing.assert_equal(
-                [stat.num, stat.mean, stat.mean, stat.std],
-                [collector.num(name), collector[name],
-                 collector.mean(name), collector.std(name)])
+            np.testing.assert_equal([stat.num, stat.mean, stat.mean, stat.std],
+                                    [
+                                        collector.num(name), collector[name],
+                                        collector.mean(name),
+                                        collector.std(name)
+                                    ])
     with pytest.raises(AttributeError):
         stats_dict.missing
 
@@ -102,8 +105,9 @@ def test_edm2_default_collector_jsonl(ts):
     ts.report('Loss/loss', torch.tensor([3.]))
     ts.default_collector.update()  # no learning rate this time
     fmt = {'Progress/kimg': '%.3f', 'timestamp': '%.3f'}
-    items = [(name, value.mean) for name, value in
-             ts.default_collector.as_dict().items()] + [('timestamp', 7.)]
+    items = [(name, value.mean)
+             for name, value in ts.default_collector.as_dict().items()
+             ] + [('timestamp', 7.)]
     items = [
         f'"{name}": ' +
         (fmt.get(name, '%g') % value if np.isfinite(value) else 'NaN')
@@ -198,3 +202,27 @@ def test_two_ranks_exact_and_mismatched_names():
     for name, values in raw.items():
         assert_stat(fields[name], values)
     assert json.loads(edm2) == {k: fields[k] for k in raw}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_values_like_stylegan3_loss(ts):
+    """Losses reported as CUDA tensors (fp16 and fp32) without a sync."""
+    collector = ts.Collector(regex='Loss/.*')
+    rng = np.random.default_rng(7)
+    raw = [rng.normal(0., 3., (16, 1)) for _ in range(4)]
+    ts.report('Loss/G/loss', torch.zeros(1, device='cuda'))  # warm-up
+    collector.update()
+    tensors = [
+        torch.from_numpy(v).to('cuda',
+                               torch.float16 if i % 2 else torch.float32)
+        for i, v in enumerate(raw)
+    ]
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        for tensor in tensors:
+            assert ts.report('Loss/G/loss', tensor) is tensor
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+    collector.update()
+    raw = [t.double().cpu().numpy() for t in tensors]  # as reported
+    assert_stat(collector.as_dict()['Loss/G/loss'], raw)

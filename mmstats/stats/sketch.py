@@ -74,13 +74,16 @@ class LogBuckets:
         return (f'LogBuckets(relative_accuracy={self.relative_accuracy}, '
                 f'min_value={self.min_value}, max_value={self.max_value})')
 
+    def _params(self) -> tuple:
+        return self.relative_accuracy, self.min_value, self.max_value
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, LogBuckets) and (
-            self.relative_accuracy, self.min_value, self.max_value) == (
-                other.relative_accuracy, other.min_value, other.max_value)
+        if not isinstance(other, LogBuckets):
+            return NotImplemented
+        return self._params() == other._params()
 
     def __hash__(self) -> int:
-        return hash((self.relative_accuracy, self.min_value, self.max_value))
+        return hash(self._params())
 
     @property
     def nbytes(self) -> int:
@@ -106,8 +109,9 @@ class LogBuckets:
         x = values.detach().reshape(-1).to(_F64)
         # 1-based bucket of |x| within its sign: ceil(log_gamma |x|) less
         # (min_key - 1), clamped (0 -> log 0 = -inf -> 1, times sign 0)
-        offset = x.abs().log_().mul_(self.multiplier).sub_(
-            self.min_key - 1).ceil_().clamp_(1, self.num_buckets)
+        log_gamma = x.abs().log_().mul_(self.multiplier)
+        offset = log_gamma.sub_(self.min_key - 1).ceil_()
+        offset.clamp_(1, self.num_buckets)
         # x * 0 is NaN exactly for NaN / inf values: a spare last slot
         index = torch.addcmul(x * 0. + self.zero_index, torch.sign(x),
                               offset).nan_to_num_(float(self.size))
@@ -143,9 +147,9 @@ class LogBuckets:
             finite = np.isfinite(x)
             if not finite.all():
                 x, seg = x[finite], seg[finite]
+            log_gamma = np.log(np.abs(x)) * self.multiplier
             offset = np.clip(
-                np.ceil(np.log(np.abs(x)) * self.multiplier -
-                        (self.min_key - 1)), 1, self.num_buckets)
+                np.ceil(log_gamma - (self.min_key - 1)), 1, self.num_buckets)
             index = np.sign(x) * offset + self.zero_index
         flat = seg * self.size + index.astype(np.int64)
         counts = np.bincount(flat, minlength=groups * self.size)

@@ -44,8 +44,9 @@ def test_quantiles_within_alpha_of_numpy(make, dtype):
     assert counts.shape == (DEFAULT_BUCKETS.size, )
     assert counts.sum() == np.isfinite(values).sum()
     true = lower_quantiles(values.astype(np.float64), QS)
-    assert (true == np.quantile(values[np.isfinite(values)].astype(
-        np.float64), QS, method='lower')).all()
+    assert (true == np.quantile(
+        values[np.isfinite(values)].astype(np.float64), QS,
+        method='lower')).all()
     assert_within_alpha(quantiles(counts, QS), true)
 
 
@@ -57,7 +58,7 @@ def test_zero_sign_and_edges():
     # out of range: clamped into the edge buckets, still counted
     wide = bucket_counts(torch.tensor([1e-30, -1e30, 1e12]))
     assert wide[0] == wide[-1] == 1 and wide[DEFAULT_BUCKETS.zero_index +
-                                              1] == 1
+                                             1] == 1
 
 
 def test_empty_and_nonfinite_only():
@@ -94,14 +95,13 @@ def test_group_counts_match_tensor_counts():
 
 
 def test_custom_layout_and_arguments():
-    buckets = LogBuckets(relative_accuracy=0.05, min_value=1e-3,
-                         max_value=1e3)
+    buckets = LogBuckets(relative_accuracy=0.05, min_value=1e-3, max_value=1e3)
     assert buckets.size < DEFAULT_BUCKETS.size
     assert buckets.nbytes == buckets.size * 8
     values = lognormal_6_decades(np.random.default_rng(3))
     counts = bucket_counts(torch.from_numpy(values), buckets)
-    assert_within_alpha(quantiles(counts, QS, buckets),
-                        lower_quantiles(values, QS), 0.05)
+    assert_within_alpha(
+        quantiles(counts, QS, buckets), lower_quantiles(values, QS), 0.05)
     assert quantiles(counts, 0.5, buckets).shape == ()
     with pytest.raises(ValueError, match='buckets'):
         quantiles(counts, 0.5)
