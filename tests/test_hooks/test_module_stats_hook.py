@@ -53,7 +53,7 @@ class RawRecorder(Hook):
         original = optimizer.step
 
         def step(*args, **kwargs):
-            grads = {n: [p.grad.double().numpy().copy()
+            grads = {n: [p.grad.double().cpu().numpy().copy()
                          for p in m.parameters() if p.grad is not None]
                      for n, m in self.modules.items()}
             before = self._weights()
@@ -65,7 +65,7 @@ class RawRecorder(Hook):
         optimizer.step = step
 
     def _weights(self):
-        return {n: [p.detach().double().numpy().copy()
+        return {n: [p.detach().double().cpu().numpy().copy()
                     for p in m.parameters()]
                 for n, m in self.modules.items()}
 
@@ -75,7 +75,7 @@ class RawRecorder(Hook):
             if not module.training:  # the validation after training
                 return
             self.acts.setdefault(self.iter, {})[name] = (
-                output.detach().double().numpy().copy())
+                output.detach().double().cpu().numpy().copy())
             self.hooks_seen.setdefault(self.iter, {})[name] = len(
                 module._forward_hooks)
 
@@ -100,12 +100,15 @@ def _scalars(work_dir):
     return merged
 
 
-def _train(work_dir, dist=False, freeze=None, accumulative_counts=1):
+def _train(work_dir, dist=False, freeze=None, accumulative_counts=1,
+           amp=False):
     cfg = toy_cfg(work_dir, by_epoch=False, max_iters=6, log_interval=3,
                   custom_hooks=[dict(type='mmstats.StatsCollectorHook'),
                                 dict(type='mmstats.ModuleStatsHook',
                                      modules=MODULES)])
     cfg.optim_wrapper.accumulative_counts = accumulative_counts
+    if amp:
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
     if dist:
         gloo_launch(cfg)
     runner = Runner.from_cfg(cfg)
@@ -174,6 +177,20 @@ def test_real_runner_exact(tmp_path, clean_mmengine):
     _check(scalars, acts, steps, (3, 6))
     _hooks_only_when_published(recorder, (3, 6))
     assert [it for it, s in recorder.steps.items() if s['patched']] == [3, 6]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="mmengine's AmpOptimWrapper needs CUDA")
+def test_real_runner_amp(tmp_path, clean_mmengine):
+    """The recorder sees the gradients inside GradScaler.step (unscaled):
+    the published norms must be the unscaled ones."""
+    recorder = _train(tmp_path, amp=True)
+    scalars = _scalars(tmp_path)
+    acts = {it: {n: [a] for n, a in recorder.acts[it].items()}
+            for it in (3, 6)}
+    steps = {it: {n: [v] for n, v in _step_record(recorder, it).items()}
+             for it in (3, 6)}
+    _check(scalars, acts, steps, (3, 6))
 
 
 def test_frozen_module_and_accumulation(tmp_path, clean_mmengine):
