@@ -3,10 +3,10 @@
 Trains a 3 x [Conv2d, BatchNorm2d, ReLU] + Linear classifier (batch 32,
 3x32x32 synthetic images, SGD) in real mmengine Runners, with
 StatsCollectorHook at the default interval (LoggerHook's 10) and, in the
-second setup, ``ModuleStatsHook(modules=...)``: by default the 3 block
-outputs (``features.2/5/8``, the ReLUs; like ``backbone\\.layer\\d``), or
-every layer with ``--modules 'features\\.\\d+'``. Runs on CUDA when
-available (the Runner's device).
+second setup, ``ModuleStatsHook(modules=..., stats=...)``: by default
+the 3 blocks (``features\\.\\d``, like ``backbone\\.layer\\d``), or every
+layer with ``--modules 'features\\.\\d\\.\\d'``; ``--stats`` chooses what is
+reported. Runs on CUDA when available (the Runner's device).
 Setups alternate in every repeat (interleaved, medians). Prints side by
 side, from this one run:
 
@@ -24,7 +24,7 @@ import argparse
 import statistics
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 import mmstats  # noqa: F401  (registers the hooks)
+from mmstats.hooks.module_stats_hook import MODULE_STATS
 
 INTERVAL = 10  # LoggerHook's default, which StatsCollectorHook follows
 
@@ -43,12 +44,13 @@ class ConvBNNet(BaseModel):
 
     def __init__(self) -> None:
         super().__init__()
-        layers, cin = [], 3
+        blocks, cin = [], 3
         for cout, stride in ((16, 1), (32, 2), (32, 2)):
-            layers += [nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
-                       nn.BatchNorm2d(cout), nn.ReLU()]
+            blocks.append(nn.Sequential(
+                nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+                nn.BatchNorm2d(cout), nn.ReLU()))
             cin = cout
-        self.features = nn.Sequential(*layers)
+        self.features = nn.Sequential(*blocks)
         self.head = nn.Linear(cin, 10)
 
     def forward(self, inputs, labels=None, mode='tensor'):
@@ -72,12 +74,13 @@ class Images(Dataset):
         return dict(inputs=self.x[idx], labels=self.y[idx])
 
 
-def train(iters: int, modules: Optional[str],
-          batch_size: int) -> Dict[str, List[float]]:
+def train(iters: int, modules: Optional[str], batch_size: int,
+          stats: Sequence[str] = MODULE_STATS) -> Dict[str, List[float]]:
     """Per-iteration times (s) of one run and the hook's instrument_ms."""
     hooks = [dict(type='mmstats.StatsCollectorHook')]
     if modules:
-        hooks.append(dict(type='mmstats.ModuleStatsHook', modules=modules))
+        hooks.append(dict(type='mmstats.ModuleStatsHook', modules=modules,
+                          stats=tuple(stats)))
     runner = Runner(
         model=ConvBNNet(),
         work_dir=tempfile.mkdtemp(),
@@ -109,15 +112,18 @@ def main() -> None:
     parser.add_argument('--iters', type=int, default=200)
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--batch-size', type=int, default=32)
-    parser.add_argument('--modules', default=r'features\.(2|5|8)',
+    parser.add_argument('--modules', default=r'features\.\d',
                         help='ModuleStatsHook(modules=...)')
+    parser.add_argument('--stats', nargs='+', default=list(MODULE_STATS),
+                        choices=MODULE_STATS, help='ModuleStatsHook(stats=)')
     args = parser.parse_args()
     torch.set_num_threads(1)
     warmup = INTERVAL  # the first interval: allocations, first publication
     ratios, estimates, costs, reported, plain_ms = [], [], [], [], []
     for _ in range(args.repeats):  # interleaved: drifts hit both alike
         plain = train(args.iters, None, args.batch_size)['times'][warmup:]
-        hooked = train(args.iters, args.modules, args.batch_size)
+        hooked = train(args.iters, args.modules, args.batch_size,
+                       args.stats)
         times = hooked['times'][warmup:]
         ratios.append(sum(times) / sum(plain))
         instrumented = [t for i, t in enumerate(times, warmup + 1)
@@ -130,7 +136,8 @@ def main() -> None:
         reported.append(statistics.median(hooked['instrument_ms'][1:]))
         plain_ms.append(statistics.median(plain) * 1e3)
     device = 'cuda' if torch.cuda.is_available() else 'cpu, 1 thread'
-    print(f'## ModuleStatsHook(modules={args.modules!r}) on a conv/BN net, '
+    print(f'## ModuleStatsHook(modules={args.modules!r}, stats='
+          f'{tuple(args.stats)}) on a conv/BN net, '
           f'batch {args.batch_size}, {args.iters} iterations, interval '
           f'{INTERVAL}, {device}, median of {args.repeats} interleaved '
           'repeats')
