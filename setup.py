@@ -47,7 +47,7 @@ setup(
         tests=read_requirements('tests.txt'),
         lint=read_requirements('lint.txt'),
         docs=read_requirements('docs.txt'),
-        benchmarks=['fvcore', 'torchmetrics'],
+        benchmarks=read_requirements('benchmarks.txt'),
     ),
     classifiers=['Programming Language :: Python :: 3'],
     zip_safe=False,
