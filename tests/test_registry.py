@@ -36,7 +36,13 @@ def test_users_can_register_the_demo_names_after_importing_mmstats():
                 getattr(root, registry).register_module(
                     module=type(name, (), {}))
         safe_after = torch.serialization.get_safe_globals()
-        assert safe_after == safe_before, safe_after
+        # torch registers its own classes when mmstats imports a torch
+        # submodule (torch.compiler -> _dynamo, nested tensors): allowed;
+        # anything from another package is not
+        added = [g for g in safe_after if g not in safe_before]
+        owners = {getattr(g[0] if isinstance(g, tuple) else g, '__module__',
+                          '?').split('.')[0] for g in added}
+        assert owners <= {'torch'}, added
         assert HistoryBuffer not in safe_after
         print('OK')
         """)
