@@ -17,14 +17,14 @@ buckets (the accuracy guarantee holds inside the range); NaN / inf values
 are not counted. See ``docs/quantiles.md``.
 """
 import math
-from typing import Sequence, Union
+from typing import Any, Dict, List, Sequence, Union
 
 import numpy as np
 import torch
 
 __all__ = [
-    'LogBuckets', 'DEFAULT_BUCKETS', 'bucket_counts', 'group_bucket_counts',
-    'quantiles'
+    'LogBuckets', 'DEFAULT_BUCKETS', 'PendingSketches', 'bucket_counts',
+    'group_bucket_counts', 'quantiles'
 ]
 
 _F64 = torch.float64
@@ -196,6 +196,62 @@ class LogBuckets:
 
 
 DEFAULT_BUCKETS = LogBuckets()
+
+
+class PendingSketches:
+    """Bucket counts of values reduced before the flush, per name and device.
+
+    The sketch side of the pending store: values that report() reduces at
+    once (large tensors, compactions) are counted here on their device and
+    without a sync, one fixed-size vector per name and device (added to in
+    place); :meth:`flush` adds the host values' counts and empties it.
+
+    Args:
+        buckets (LogBuckets): The layout. Defaults to ``DEFAULT_BUCKETS``.
+    """
+
+    def __init__(self, buckets: LogBuckets = DEFAULT_BUCKETS) -> None:
+        self.buckets = buckets
+        self.counts: Dict[str, Dict[Any, torch.Tensor]] = {}
+
+    def reset(self) -> None:
+        """Drop every pending count."""
+        self.counts.clear()
+
+    def add(self, name: str, values: torch.Tensor) -> None:
+        """Count ``values`` under ``name`` (no sync)."""
+        counts = self.buckets.bucket_counts(values)
+        per_device = self.counts.setdefault(name, {})
+        total = per_device.get(counts.device)
+        if total is None:
+            per_device[counts.device] = counts
+        else:
+            total.add_(counts)
+
+    def add_many(self, name: str, tensors: List[torch.Tensor]) -> None:
+        """Count several tensors (one kernel sequence per device)."""
+        by_device: Dict[Any, List[torch.Tensor]] = {}
+        for t in tensors:
+            by_device.setdefault(t.device, []).append(t.reshape(-1))
+        for flats in by_device.values():
+            self.add(name, torch.cat(flats))
+
+    def flush(self, names: List[str], values: np.ndarray,
+              segs: np.ndarray) -> np.ndarray:
+        """Counts of ``names`` in their order: the host ``values`` (group
+        ``segs`` indexes ``names``) plus what :meth:`add` counted; then
+        empty (syncs the devices used).
+
+        Returns:
+            np.ndarray: ``(len(names), size)`` float64 counts.
+        """
+        out = self.buckets.group_bucket_counts(values, segs, len(names))
+        index = {name: i for i, name in enumerate(names)}
+        for name, per_device in self.counts.items():
+            for counts in per_device.values():
+                out[index[name]] += counts.cpu().numpy()
+        self.counts.clear()
+        return out
 
 
 def bucket_counts(values: torch.Tensor,

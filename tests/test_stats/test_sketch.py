@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from mmstats.stats.sketch import (DEFAULT_BUCKETS, LogBuckets, bucket_counts,
-                                  group_bucket_counts, quantiles)
+from mmstats.stats.sketch import (DEFAULT_BUCKETS, LogBuckets, PendingSketches,
+                                  bucket_counts, group_bucket_counts,
+                                  quantiles)
 
 QS = np.linspace(0, 1, 201)
 ALPHA = DEFAULT_BUCKETS.relative_accuracy
@@ -92,6 +93,30 @@ def test_group_counts_match_tensor_counts():
     batched = quantiles(got, QS)
     assert batched.shape == (3, QS.size) and np.isnan(batched[1]).all()
     assert_within_alpha(batched[0], lower_quantiles(groups[0], QS))
+
+
+def test_pending_sketches_flush_equals_sketch_of_all_values():
+    """Report-time counts (large tensors, compactions) plus the host values
+    at the flush: the sketch of everything, per name, then empty."""
+    rng = np.random.default_rng(6)
+    large, parts = mixed_sign(rng,
+                              5000), [mixed_sign(rng, 7) for _ in range(9)]
+    host_a, host_b = mixed_sign(rng, 300), lognormal_6_decades(rng, 40)
+    pending = PendingSketches()
+    pending.add('a', torch.from_numpy(large))
+    pending.add('a', torch.from_numpy(large[:100]))  # adds in place
+    pending.add_many('b', [torch.from_numpy(p) for p in parts])
+    values = np.concatenate([host_b, host_a])
+    segs = np.repeat([1, 0], [host_b.size, host_a.size])
+    got = pending.flush(['a', 'b', 'c'], values, segs)
+    want_a = np.concatenate([large, large[:100], host_a])
+    want_b = np.concatenate(parts + [host_b])
+    for row, want in zip(got, (want_a, want_b, np.zeros(0))):
+        np.testing.assert_array_equal(row,
+                                      bucket_counts(torch.from_numpy(want)))
+    assert not pending.counts
+    empty = pending.flush(['a'], np.zeros(0), np.zeros(0, np.int64))
+    assert empty.shape == (1, DEFAULT_BUCKETS.size) and not empty.any()
 
 
 def test_custom_layout_and_arguments():
