@@ -1,6 +1,7 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """PreciseBNHook: a thin mmengine hook around :func:`update_bn_stats`."""
-from typing import Optional, Union
+import copy
+from typing import Dict, Optional, Union
 
 import torch
 from mmengine.dataset import DefaultSampler
@@ -14,33 +15,26 @@ from torch.utils.data import DataLoader
 
 from mmstats.precise_bn import check_args, update_bn_stats
 from mmstats.registry import HOOKS
+from .log_rhythm import find_logger_hook, logs_train_line
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
+VAR_CHANGE = 'train/precise_bn/var_change'
+EMA_VAR_CHANGE = 'train/precise_bn/ema_var_change'
+RUNS_KEY = 'precise_bn_runs'  # in checkpoint['meta']
 
 
 @HOOKS.register_module()
 class PreciseBNHook(Hook):
     """Recompute BatchNorm population statistics with frozen weights.
 
-    At the end of every ``interval`` epochs (or iterations), the BN layers'
-    running mean/var are replaced by the exact statistics of ``num_samples``
-    training samples under the current weights ("Rethinking 'Batch' in
-    BatchNorm", Wu & Johnson 2021), reduced over all ranks so every rank
-    holds identical statistics (mmengine's DDP wrapper does not broadcast
-    buffers). The hook runs before CheckpointHook and EMAHook (priority
-    ``ABOVE_NORMAL``), so validation and checkpoints see the new statistics.
-
-    The training data stream is never touched: the hook reads the training
-    *dataset* through a loader and sampler of its own (or the ``dataloader``
-    given), never calls ``iter()`` on the training loader, and restores the
-    global RNG state afterwards, so a run sees the same batches in the same
-    order with or without this hook.
-
-    With mmengine's ``EMAHook``, ``update_ema=True`` also recomputes the BN
-    statistics of the EMA model for the EMA weights, just before they are
-    used (validation or checkpoint). With ``EMAHook(update_buffers=False)``
-    mmengine would validate EMA weights with the raw model's statistics; the
-    hook swaps the EMA statistics into the model for the validation loop.
+    Every ``interval`` epochs (or iterations) the BN layers' running
+    mean/var become the exact statistics of ``num_samples`` training samples
+    under the current weights, identical on every rank. The hook runs before
+    CheckpointHook and EMAHook (priority ``ABOVE_NORMAL``), reads the
+    training *dataset* through a loader of its own (the training stream is
+    never touched; its workers persist between runs) and continues its
+    sampling sequence after a resume. ``precise_bn/var_change`` appears once
+    per run, on the first log line after it. Details: ``docs/precise_bn.md``.
 
     Args:
         num_samples (int): Samples (over all ranks) used per recomputation.
@@ -48,21 +42,21 @@ class PreciseBNHook(Hook):
         interval (int): Run every ``interval`` epochs or iterations.
             Defaults to 1.
         by_epoch (bool, optional): True: every ``interval`` epochs; False:
-            every ``interval`` iterations; None: follow the train loop
-            (epochs for ``EpochBasedTrainLoop``). Defaults to None.
+            every ``interval`` iterations; None: follow the train loop.
+            Defaults to None.
         at_end (bool): Also run after the last epoch/iteration when it is
             not on the interval. Defaults to True.
-        estimator (str): ``'population'`` (the paper's estimator, weighted by
-            each batch's value count) or ``'batch_average'`` (mmpretrain's
-            equal-weight average of batch statistics). Defaults to
-            ``'population'``.
-        dataloader (dict, optional): Config of a separate loader for the
-            precise-BN data (built with ``Runner.build_dataloader``). None
-            reads the training dataset with a shuffled ``DefaultSampler`` of
-            the training batch size. Defaults to None.
+        estimator (str): ``'population'`` or ``'batch_average'``.
+            Defaults to ``'population'``.
+        dataloader (dict, optional): Config of a separate loader (with
+            ``dataset`` and ``sampler``) for ``Runner.build_dataloader``.
+            None reads the training dataset with a shuffled
+            ``DefaultSampler``, the training batch size and ``drop_last``.
+            Defaults to None.
         update_ema (bool): Also recompute the EMA model's statistics when an
             ``EMAHook`` is registered. Defaults to True.
-        progress (bool): Show a progress bar on rank 0. Defaults to True.
+        progress (bool): Show a progress bar on rank 0 when stdout is a
+            terminal. Defaults to True.
     """
 
     priority = 'ABOVE_NORMAL'
@@ -85,10 +79,7 @@ class PreciseBNHook(Hook):
             raise ValueError('PreciseBNHook: by_epoch must be None (follow '
                              'the train loop), True or False, got '
                              f'{by_epoch!r}')
-        if dataloader is not None and not isinstance(dataloader, dict):
-            raise TypeError('PreciseBNHook: dataloader must be None or a '
-                            'dataloader config dict, got '
-                            f'{type(dataloader).__name__}')
+        _check_dataloader_cfg(dataloader)
         for name, flag in (('at_end', at_end), ('update_ema', update_ema),
                            ('progress', progress)):
             if not isinstance(flag, bool):
@@ -104,18 +95,28 @@ class PreciseBNHook(Hook):
         self.update_ema = update_ema
         self.progress = progress
         self._loader: Optional[DataLoader] = None
+        self._has_bn = False  # decided per run in before_train
         self._num_runs = 0
         self._ema_stale = False
         self._swapped_for_val = False
+        self._pending: Dict[str, float] = {}  # hub keys for the next line
+        self._published: Dict[str, float] = {}  # on the hub until next iter
 
     # -- hook points -----------------------------------------------------
     def before_train(self, runner) -> None:
+        self.by_epoch = self._by_epoch
         if self._by_epoch is None:
             self.by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
-        if not any(isinstance(m, _BatchNorm) for m in runner.model.modules()):
+        for key in (VAR_CHANGE, EMA_VAR_CHANGE):  # e.g. from a checkpoint
+            runner.message_hub.log_scalars.pop(key, None)
+        self._pending, self._published = {}, {}
+        self._has_bn = any(
+            isinstance(m, _BatchNorm) for m in runner.model.modules())
+        if not self._has_bn:
             print_log('PreciseBNHook: the model has no BatchNorm layer; the '
-                      'hook does nothing.', 'current', level=30)
-            self.interval = 0
+                      'hook does nothing in this run.', 'current', level=30)
+            return
+        self._loader = self._build_loader(runner)
 
     def after_train_epoch(self, runner) -> None:
         if self.by_epoch and self._due(
@@ -128,13 +129,31 @@ class PreciseBNHook(Hook):
                          batch_idx: int,
                          data_batch: DATA_BATCH = None,
                          outputs: Optional[dict] = None) -> None:
+        for key in self._published:  # logged on the previous line
+            runner.message_hub.log_scalars.pop(key, None)
+        self._published = {}
         if not self.by_epoch and self._due(
                 self.every_n_train_iters(runner, self.interval),
                 self.is_last_train_iter(runner)):
             self._run(runner)
+        if self._pending:
+            self._publish(runner, batch_idx)
+
+    def after_train(self, runner) -> None:
+        """Values of a last run that no log line followed go to the
+        visualizer (scalars.json, TensorBoard) directly."""
+        if self._pending:
+            runner.visualizer.add_scalars(
+                {k.partition('/')[2]: v for k, v in self._pending.items()},
+                step=runner.iter)
+            self._pending = {}
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         self._refresh_ema(runner)
+        checkpoint.setdefault('meta', {})[RUNS_KEY] = self._num_runs
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        self._num_runs = int(checkpoint.get('meta', {}).get(RUNS_KEY, 0))
 
     def before_val_epoch(self, runner) -> None:
         self._refresh_ema(runner)
@@ -152,9 +171,21 @@ class PreciseBNHook(Hook):
 
     # -- helpers ---------------------------------------------------------
     def _due(self, on_interval: bool, is_last: bool) -> bool:
-        if self.interval == 0:
-            return False
-        return on_interval or (self.at_end and is_last)
+        return self._has_bn and (on_interval or (self.at_end and is_last))
+
+    def _publish(self, runner, batch_idx: int) -> None:
+        """Put pending values on the message hub for LoggerHook's line of
+        this iteration (it runs after this hook); removed next iteration."""
+        logger = find_logger_hook(runner)
+        if logger is None:
+            self.after_train(runner)
+            return
+        if not logs_train_line(runner, batch_idx, logger.interval,
+                               logger.ignore_last):
+            return
+        for key, value in self._pending.items():
+            runner.message_hub.update_scalar(key, value)
+        self._published, self._pending = self._pending, {}
 
     @staticmethod
     def _bare(runner) -> torch.nn.Module:
@@ -182,26 +213,39 @@ class PreciseBNHook(Hook):
     def _build_loader(self, runner) -> DataLoader:
         """The precise-BN loader: never the training loader itself."""
         if self.dataloader_cfg is not None:
-            return Runner.build_dataloader(
-                self.dataloader_cfg, seed=runner.seed)
+            cfg = copy.deepcopy(self.dataloader_cfg)
+            cfg.setdefault('persistent_workers',
+                           cfg.get('num_workers', 0) > 0)
+            try:
+                return Runner.build_dataloader(cfg, seed=runner.seed)
+            except Exception as exc:
+                raise ValueError(
+                    'PreciseBNHook: could not build its dataloader from '
+                    f'dataloader={self.dataloader_cfg!r} ({exc!r}); fix the '
+                    'config or pass dataloader=None to read the training '
+                    'dataset') from exc
         train_loader = runner.train_dataloader
         batch_size = train_loader.batch_size or getattr(
             train_loader.batch_sampler, 'batch_size', None)
-        if batch_size is None:
+        if not batch_size:
             raise ValueError(
                 'PreciseBNHook cannot tell the batch size of the training '
                 'loader (it has neither batch_size nor batch_sampler.'
                 'batch_size): pass dataloader=dict(...) to the hook')
         dataset = train_loader.dataset
+        drop_last = bool(getattr(train_loader, 'drop_last', False) or getattr(
+            train_loader.batch_sampler, 'drop_last', False))
+        workers = train_loader.num_workers
         return DataLoader(
             dataset,
             batch_size=batch_size,
             sampler=DefaultSampler(dataset, shuffle=True, seed=runner.seed),
-            num_workers=train_loader.num_workers,
+            num_workers=workers,
             collate_fn=train_loader.collate_fn,
             pin_memory=train_loader.pin_memory,
             worker_init_fn=train_loader.worker_init_fn,
-            drop_last=False)
+            persistent_workers=workers > 0,
+            drop_last=drop_last)
 
     def _forward_context(self, runner, model):
         wrapper = runner.optim_wrapper
@@ -210,8 +254,6 @@ class PreciseBNHook(Hook):
         return None
 
     def _recompute(self, runner, model: torch.nn.Module, what: str) -> dict:
-        if self._loader is None:
-            self._loader = self._build_loader(runner)
         sampler = getattr(self._loader, 'sampler', None)
         if hasattr(sampler, 'set_epoch'):  # other samples at every run
             sampler.set_epoch(self._num_runs)
@@ -241,8 +283,7 @@ class PreciseBNHook(Hook):
 
     def _run(self, runner) -> None:
         summary = self._recompute(runner, self._bare(runner), 'model')
-        runner.message_hub.update_scalar('train/precise_bn/var_change',
-                                         summary['var_change'])
+        self._pending[VAR_CHANGE] = summary['var_change']
         self._num_runs += 1
         self._ema_stale = (
             self.update_ema and self._ema_hook(runner) is not None)
@@ -262,5 +303,26 @@ class PreciseBNHook(Hook):
         finally:
             for m, flag in zip(ema_model.modules(), flags):
                 m.training = flag
-        runner.message_hub.update_scalar('train/precise_bn/ema_var_change',
-                                         summary['var_change'])
+        self._pending[EMA_VAR_CHANGE] = summary['var_change']
+
+
+def _check_dataloader_cfg(dataloader) -> None:
+    """``dataloader`` must be None or a config with what
+    ``Runner.build_dataloader`` needs (checked when the hook is built)."""
+    if dataloader is None:
+        return
+    if not isinstance(dataloader, dict):
+        raise TypeError('PreciseBNHook: dataloader must be None or a '
+                        'dataloader config dict, got '
+                        f'{type(dataloader).__name__}')
+    missing = [k for k in ('batch_size', 'dataset', 'sampler')
+               if k not in dataloader and not (k == 'batch_size'
+                                               and 'batch_sampler'
+                                               in dataloader)]
+    if missing:
+        raise ValueError(
+            f'PreciseBNHook: dataloader lacks {missing} (got keys '
+            f'{sorted(dataloader)}): give a full loader config, e.g. '
+            "dataloader=dict(batch_size=64, dataset=dict(type=...), "
+            "sampler=dict(type='DefaultSampler', shuffle=True)), or leave "
+            'dataloader=None to read the training dataset')

@@ -16,7 +16,7 @@ from mmstats.hooks import PreciseBNHook
 from mmstats.registry import HOOKS
 from tests.helpers.dist import run_distributed
 from tests.helpers.record_batches_hook import read_batches
-from tests.runner_utils import EPOCH_CONFIG, ITER_CONFIG, small_cfg
+from tests.helpers.runner import gloo_launch, toy_cfg
 
 SUMMARY = dict(num_layers=6, num_samples=64, num_batches=4, seconds=0.1,
                var_change=0.05, mean_change=0.01, skipped=[], frozen=[],
@@ -42,7 +42,7 @@ def test_registered_with_priority_above_normal():
     hook = HOOKS.build(dict(type='mmstats.PreciseBNHook'))
     assert isinstance(hook, PreciseBNHook)
     assert hook.priority == 'ABOVE_NORMAL'
-    assert ROOT_HOOKS.get('PreciseBNHook') is PreciseBNHook
+    assert HOOKS.get('PreciseBNHook') is PreciseBNHook
 
 
 # ------------------------------------------------------ mocked-Runner logic
@@ -91,19 +91,66 @@ def test_interval_logic(kwargs, loop, expected):
     assert fire(hook, runner) == expected
 
 
-def test_var_change_goes_to_the_message_hub():
-    hook = PreciseBNHook(interval=1)
-    runner = mock_runner(EpochBasedTrainLoop)
-    fire(hook, runner)
-    runner.message_hub.update_scalar.assert_called_with(
-        'train/precise_bn/var_change', 0.05)
-
-
-def test_model_without_batchnorm_makes_the_hook_a_noop():
+def test_no_batchnorm_is_decided_per_run():
+    """One instance: a model without BN (nothing), then one with BN."""
     hook = PreciseBNHook()
     runner = mock_runner(EpochBasedTrainLoop)
     runner.model = torch.nn.Sequential(torch.nn.GroupNorm(1, 3))
     assert fire(hook, runner) == []
+    assert hook.interval == 1
+    runner.model = torch.nn.Sequential(torch.nn.BatchNorm1d(3))
+    assert len(fire(hook, runner)) == 5
+
+
+def test_run_counter_goes_into_the_checkpoint():
+    hook = PreciseBNHook()
+    runner = mock_runner(EpochBasedTrainLoop)
+    fire(hook, runner)
+    checkpoint = dict(meta=dict(epoch=5))
+    hook.before_save_checkpoint(runner, checkpoint)
+    assert checkpoint['meta'] == dict(epoch=5, precise_bn_runs=5)
+    resumed = PreciseBNHook()
+    resumed.after_load_checkpoint(runner, checkpoint)
+    assert resumed._num_runs == 5
+    resumed.after_load_checkpoint(runner, dict(meta={}))  # old checkpoint
+    assert resumed._num_runs == 0
+
+
+def _train_loader(drop_last, num_workers=0):
+    from torch.utils.data import DataLoader
+    return DataLoader(list(range(10)), batch_size=4, drop_last=drop_last,
+                      num_workers=num_workers)
+
+
+@pytest.mark.parametrize('drop_last', [False, True])
+@pytest.mark.parametrize('num_workers', [0, 2])
+def test_own_loader_follows_the_training_loader(drop_last, num_workers):
+    runner = mock_runner(EpochBasedTrainLoop)
+    runner.seed = 0
+    runner.train_dataloader = _train_loader(drop_last, num_workers)
+    hook = PreciseBNHook()
+    hook.before_train(runner)
+    loader = hook._loader
+    assert loader is not runner.train_dataloader
+    assert loader.drop_last is drop_last and loader.batch_size == 4
+    assert loader.num_workers == num_workers
+    assert loader.persistent_workers is (num_workers > 0)
+    assert len(loader) == (2 if drop_last else 3)
+
+
+def test_incomplete_dataloader_config_fails_before_training():
+    with pytest.raises(ValueError, match=r"dataloader lacks \['dataset', "
+                       r"'sampler'\].*dataloader=None"):
+        PreciseBNHook(dataloader=dict(batch_size=4))
+    # a complete config that cannot be built fails in before_train
+    hook = PreciseBNHook(dataloader=dict(
+        batch_size=4, dataset=dict(type='NoSuchDataset'),
+        sampler=dict(type='DefaultSampler', shuffle=True)))
+    runner = mock_runner(EpochBasedTrainLoop)
+    runner.seed = 0
+    with pytest.raises(ValueError, match='could not build its dataloader.*'
+                       'NoSuchDataset'):
+        hook.before_train(runner)
 
 
 # ------------------------------------------------------------ real Runners
@@ -126,8 +173,24 @@ class ValSnapshotHook(Hook):
                  var=stem.bn.running_var.clone()))
 
 
+@ROOT_HOOKS.register_module(force=True)
+class BNVarSnapshotHook(Hook):
+    """Every BN layer's running_var at the end of each epoch, before
+    (priority HIGH) or after (NORMAL) PreciseBNHook (ABOVE_NORMAL); the
+    config's ``priority`` is taken by ``Runner.register_hook``."""
+
+    def __init__(self):
+        self.snapshots = []
+
+    def after_train_epoch(self, runner):
+        self.snapshots.append([
+            m.running_var.double().numpy().copy()
+            for m in runner.model.modules()
+            if isinstance(m, torch.nn.BatchNorm2d)])
+
+
 def train_inputs(cfg) -> torch.Tensor:
-    from mmstats.registry import DATASETS
+    from mmengine.registry import DATASETS
     dataset = DATASETS.build(cfg.train_dataloader.dataset)
     return torch.stack([dataset[i]['inputs'] for i in range(len(dataset))])
 
@@ -149,64 +212,63 @@ def assert_precise(mean, var, inputs, weight, rtol=1e-4):
     torch.testing.assert_close(var.double(), ref_var, rtol=rtol, atol=1e-6)
 
 
-def precise_cfg(config, tmp_path, hook=None, **overrides):
-    cfg = small_cfg(config, tmp_path, **overrides)
-    # no augmentation: the reference below needs the exact training inputs
-    cfg.train_dataloader.dataset.pipeline = cfg.val_dataloader.dataset.pipeline
+def precise_cfg(tmp_path, hook=None, **kwargs):
+    cfg = toy_cfg(tmp_path, **kwargs)
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=1,
+                                        by_epoch=kwargs.get('by_epoch', True))
     cfg.custom_hooks = [
-        dict(type='PreciseBNHook', num_samples=10_000, progress=False,
-             **(hook or {})),
+        dict(type='mmstats.PreciseBNHook', num_samples=10_000,
+             progress=False, **(hook or {})),
         dict(type='ValSnapshotHook')
     ]
     return cfg
 
 
-def val_snapshots(runner):
-    return [h for h in runner.hooks if isinstance(h, ValSnapshotHook)
-            ][0].snapshots
+def hooks_of(runner, cls):
+    return [h for h in runner.hooks if isinstance(h, cls)]
+
+
+def read_scalars(runner):
+    with open(osp.join(runner.log_dir, 'vis_data', 'scalars.json')) as f:
+        return [json.loads(line) for line in f]
 
 
 def test_epoch_runner_validates_with_precise_stats(tmp_path, clean_mmengine):
-    cfg = precise_cfg(EPOCH_CONFIG, tmp_path, train_cfg=dict(max_epochs=2))
+    cfg = precise_cfg(tmp_path)
     runner = Runner.from_cfg(cfg)
     runner.train()
     inputs = train_inputs(cfg)
-    snaps = val_snapshots(runner)
+    snaps = hooks_of(runner, ValSnapshotHook)[0].snapshots
     assert len(snaps) == 2
     for snap in snaps:
         assert_precise(snap['mean'], snap['var'], inputs, snap['weight'])
-    ckpt = torch.load(osp.join(tmp_path, 'epoch_2.pth'))['state_dict']
-    assert_precise(ckpt['backbone.stem.bn.running_mean'],
-                   ckpt['backbone.stem.bn.running_var'], inputs,
-                   ckpt['backbone.stem.conv.weight'])
-    scalars = [json.loads(line) for line in open(
-        osp.join(runner.log_dir, 'vis_data', 'scalars.json'))]
-    assert any('precise_bn/var_change' in s for s in scalars)
+    ckpt = torch.load(osp.join(tmp_path, 'epoch_2.pth'), weights_only=False)
+    assert ckpt['meta']['precise_bn_runs'] == 2
+    state = ckpt['state_dict']
+    assert_precise(state['backbone.stem.bn.running_mean'],
+                   state['backbone.stem.bn.running_var'], inputs,
+                   state['backbone.stem.conv.weight'])
 
 
 def test_without_the_hook_stats_are_not_precise(tmp_path, clean_mmengine):
     """The check above can fail: EMA statistics are far from exact."""
-    cfg = precise_cfg(EPOCH_CONFIG, tmp_path, train_cfg=dict(max_epochs=2))
+    cfg = precise_cfg(tmp_path)
     cfg.custom_hooks = [dict(type='ValSnapshotHook')]
     runner = Runner.from_cfg(cfg)
     runner.train()
-    snap = val_snapshots(runner)[-1]
+    snap = hooks_of(runner, ValSnapshotHook)[0].snapshots[-1]
     with pytest.raises(AssertionError):
         assert_precise(snap['mean'], snap['var'], train_inputs(cfg),
                        snap['weight'])
 
 
 def test_iter_runner_validates_with_precise_stats(tmp_path, clean_mmengine):
-    cfg = precise_cfg(
-        ITER_CONFIG, tmp_path, hook=dict(interval=5),
-        train_cfg=dict(max_iters=12, val_interval=6),
-        param_scheduler=[dict(type='ConstantLR', factor=1.0,
-                              by_epoch=False)],
-        default_hooks=dict(checkpoint=dict(interval=6)))
+    cfg = precise_cfg(tmp_path, hook=dict(interval=5), by_epoch=False,
+                      max_iters=12, val_interval=6)
     runner = Runner.from_cfg(cfg)
     runner.train()
     # runs at iterations 5, 10 and (at_end) 12; validation at 6 and 12
-    snaps = val_snapshots(runner)
+    snaps = hooks_of(runner, ValSnapshotHook)[0].snapshots
     assert len(snaps) == 2
     inputs = train_inputs(cfg)
     # at iteration 6 the stats are from iteration 5's weights: not exact
@@ -220,20 +282,19 @@ def test_iter_runner_validates_with_precise_stats(tmp_path, clean_mmengine):
 @pytest.mark.parametrize('update_buffers', [False, True])
 def test_ema_model_gets_stats_for_the_ema_weights(tmp_path, clean_mmengine,
                                                   update_buffers):
-    cfg = precise_cfg(EPOCH_CONFIG, tmp_path, train_cfg=dict(max_epochs=2))
+    cfg = precise_cfg(tmp_path)
     cfg.custom_hooks.append(
         dict(type='EMAHook', momentum=0.2, update_buffers=update_buffers))
     runner = Runner.from_cfg(cfg)
     runner.train()
     inputs = train_inputs(cfg)
-    ema = [h for h in runner.hooks if type(h).__name__ == 'EMAHook'][0]
     raw_weight = runner.model.backbone.stem.conv.weight.detach()
-    for snap in val_snapshots(runner):  # validation sees the EMA weights
-        assert not torch.equal(snap['weight'], raw_weight)
+    for snap in hooks_of(runner, ValSnapshotHook)[0].snapshots:
+        assert not torch.equal(snap['weight'], raw_weight)  # EMA weights
         assert_precise(snap['mean'], snap['var'], inputs, snap['weight'])
     # the checkpoint's state_dict holds the EMA weights and their stats
-    ckpt = torch.load(osp.join(tmp_path, 'epoch_2.pth'))
-    state = ckpt['state_dict']
+    state = torch.load(osp.join(tmp_path, 'epoch_2.pth'),
+                       weights_only=False)['state_dict']
     assert_precise(state['backbone.stem.bn.running_mean'],
                    state['backbone.stem.bn.running_var'], inputs,
                    state['backbone.stem.conv.weight'])
@@ -243,59 +304,127 @@ def test_ema_model_gets_stats_for_the_ema_weights(tmp_path, clean_mmengine,
 
 
 def test_ema_switch_off_leaves_the_ema_stats_alone(tmp_path, clean_mmengine):
-    cfg = precise_cfg(EPOCH_CONFIG, tmp_path, hook=dict(update_ema=False),
-                      train_cfg=dict(max_epochs=2))
+    cfg = precise_cfg(tmp_path, hook=dict(update_ema=False))
     cfg.custom_hooks.append(dict(type='EMAHook', momentum=0.2))
     runner = Runner.from_cfg(cfg)
     runner.train()
-    snap = val_snapshots(runner)[-1]
+    snap = hooks_of(runner, ValSnapshotHook)[0].snapshots[-1]
     with pytest.raises(AssertionError):
         assert_precise(snap['mean'], snap['var'], train_inputs(cfg),
                        snap['weight'])
 
 
+def test_recomputation_forwards_never_reach_the_statistics(
+        tmp_path, clean_mmengine):
+    """The model reports in every forward; precise BN (model and EMA
+    model) forwards must not be counted with the training samples."""
+    cfg = precise_cfg(tmp_path, num_samples=150, report_stats=True,
+                      max_epochs=2)
+    cfg.custom_hooks[0]['num_samples'] = 64
+    cfg.custom_hooks += [
+        dict(type='mmstats.StatsCollectorHook', stats=('num', 'mean')),
+        dict(type='EMAHook', momentum=0.2)
+    ]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    nums = [r['stats/model/feat_norm/num'] for r in read_scalars(runner)
+            if 'stats/model/feat_norm/num' in r]
+    assert sum(nums) == 2 * 150  # training samples only, every one once
+
+
+def test_var_change_is_logged_once_per_run(tmp_path, clean_mmengine):
+    """3 epochs of 10 iterations, a line every 4: each run's var_change is
+    on the first line after it (epochs 2, 3) or, after the last run, in
+    scalars.json only; never repeated. Values against float64 numpy."""
+    cfg = precise_cfg(tmp_path, max_epochs=3, log_interval=4)
+    cfg.custom_hooks += [dict(type='BNVarSnapshotHook', priority='HIGH'),
+                         dict(type='BNVarSnapshotHook', priority='NORMAL')]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    before, after = [h.snapshots for h in hooks_of(runner,
+                                                   BNVarSnapshotHook)]
+    expected = [
+        np.mean([np.abs(n - o).sum() / np.abs(o).sum()
+                 for o, n in zip(old, new)])
+        for old, new in zip(before, after)
+    ]
+    records = [r for r in read_scalars(runner)
+               if 'precise_bn/var_change' in r]
+    assert [r['step'] for r in records] == [14, 24, 30]
+    np.testing.assert_allclose(
+        [r['precise_bn/var_change'] for r in records], expected, rtol=1e-5)
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    lines = [ln for ln in log.splitlines() if 'precise_bn/var_change' in ln]
+    assert len(lines) == 2
+    assert 'Epoch(train) [2][ 4/10]' in lines[0]
+    assert 'Epoch(train) [3][ 4/10]' in lines[1]
+    assert 'ProgressBar' not in log and '\r' not in log
+
+
+@pytest.fixture
+def mmengine_checkpoints():
+    """Resuming under torch.load(weights_only=True): allowlist mmengine's
+    classes for this test only."""
+    from mmstats.utils import allow_mmengine_checkpoints
+    saved = torch.serialization.get_safe_globals()
+    allow_mmengine_checkpoints()
+    yield
+    torch.serialization.clear_safe_globals()
+    torch.serialization.add_safe_globals(saved)
+
+
+def test_resume_continues_the_sampling_sequence(tmp_path, clean_mmengine,
+                                                mmengine_checkpoints):
+    cfg = precise_cfg(tmp_path, max_epochs=2)
+    Runner.from_cfg(cfg).train()
+    cfg = precise_cfg(tmp_path, max_epochs=3)
+    cfg.resume = True
+    runner = Runner.from_cfg(cfg)
+    epochs = []
+    hook = hooks_of(runner, PreciseBNHook)[0]
+    real = hook._recompute
+
+    def spy(*args):
+        epochs.append(hook._num_runs)  # the sampler's set_epoch value
+        return real(*args)
+
+    hook._recompute = spy
+    runner.train()
+    assert epochs == [2]
+    ckpt = torch.load(osp.join(tmp_path, 'epoch_3.pth'), weights_only=False)
+    assert ckpt['meta']['precise_bn_runs'] == 3
+
+
 # ---------------------------------------------- the training stream stays
-def recorded_run(tmp_path, config, with_hook, num_workers, persistent):
-    overrides = dict(train_cfg=dict(max_epochs=2)) if config == EPOCH_CONFIG \
-        else dict(train_cfg=dict(max_iters=20, val_interval=10),
-                  param_scheduler=[dict(type='ConstantLR', factor=1.0,
-                                        by_epoch=False)])
-    cfg = small_cfg(config, tmp_path, **overrides)
+def recorded_run(tmp_path, by_epoch, with_hook, num_workers):
+    cfg = toy_cfg(tmp_path, by_epoch=by_epoch, max_epochs=2, max_iters=20,
+                  val_interval=10 if not by_epoch else None)
     cfg.train_dataloader.num_workers = num_workers
-    cfg.train_dataloader.persistent_workers = persistent
+    cfg.train_dataloader.persistent_workers = num_workers > 0
     cfg.custom_imports = dict(imports=['tests.helpers.record_batches_hook'])
     cfg.custom_hooks = [dict(type='RecordBatchesHook')]
     if with_hook:
         cfg.custom_hooks.append(
-            dict(type='PreciseBNHook', num_samples=48, interval=1 if config
-                 == EPOCH_CONFIG else 3, progress=False))
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=100)
+            dict(type='mmstats.PreciseBNHook', num_samples=48,
+                 interval=1 if by_epoch else 3, progress=False))
     Runner.from_cfg(cfg).train()
     return read_batches(tmp_path)
 
 
-@pytest.mark.parametrize('config', [EPOCH_CONFIG, ITER_CONFIG],
-                         ids=['epoch', 'iter'])
-@pytest.mark.parametrize('num_workers, persistent', [(0, False), (2, False),
-                                                     (2, True)])
-def test_training_stream_is_untouched(tmp_path, clean_mmengine, config,
-                                      num_workers, persistent):
-    plain = recorded_run(tmp_path / 'plain', config, False, num_workers,
-                         persistent)
-    hooked = recorded_run(tmp_path / 'hooked', config, True, num_workers,
-                          persistent)
+@pytest.mark.parametrize('by_epoch', [True, False], ids=['epoch', 'iter'])
+@pytest.mark.parametrize('num_workers', [0, 2])
+def test_training_stream_is_untouched(tmp_path, clean_mmengine, by_epoch,
+                                      num_workers):
+    plain = recorded_run(tmp_path / 'plain', by_epoch, False, num_workers)
+    hooked = recorded_run(tmp_path / 'hooked', by_epoch, True, num_workers)
     assert [r['idx'] for r in hooked] == [r['idx'] for r in plain]
-    # same augmentation draws too (RandomShift uses the global RNG)
     np.testing.assert_allclose([r['checksum'] for r in hooked],
                                [r['checksum'] for r in plain], rtol=0)
 
 
 # ------------------------------------------------------------ distributed
 def _train_two_ranks(rank, world_size, work_dir):
-    from mmstats.utils import setup_launcher
-    cfg = precise_cfg(EPOCH_CONFIG, work_dir, train_cfg=dict(max_epochs=1))
-    cfg.launcher = 'pytorch'
-    setup_launcher(cfg)
+    cfg = gloo_launch(precise_cfg(work_dir, max_epochs=1))
     runner = Runner.from_cfg(cfg)
     runner.train()
     model = runner.model.module
@@ -311,7 +440,7 @@ def test_two_ranks_end_with_identical_precise_stats(tmp_path):
     for key, value in results[0]['buffers'].items():
         np.testing.assert_array_equal(value, results[1]['buffers'][key],
                                       err_msg=key)
-    cfg = precise_cfg(EPOCH_CONFIG, tmp_path)
+    cfg = precise_cfg(tmp_path)
     buffers = {k: torch.from_numpy(v) for k, v in results[0]['buffers'].items()}
     assert_precise(buffers['backbone.stem.bn.running_mean'],
                    buffers['backbone.stem.bn.running_var'], train_inputs(cfg),
