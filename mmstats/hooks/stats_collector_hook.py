@@ -65,6 +65,9 @@ class StatsCollectorHook(Hook):
             warning names it), ``'raise'`` (every rank raises
             ``FloatingPointError`` at the same iteration) or ``'ignore'``.
             Defaults to ``'warn'``.
+        max_names (int): At most this many names per collector (train, val,
+            test); further new names are refused with a warning (see
+            :class:`mmstats.Collector`). Defaults to 1000.
     """
 
     priority = 'NORMAL'  # after IterTimerHook, before LoggerHook
@@ -79,7 +82,8 @@ class StatsCollectorHook(Hook):
                  collect_outputs: bool = True,
                  collect_timing: bool = True,
                  keep_previous: bool = True,
-                 on_nonfinite: str = 'warn') -> None:
+                 on_nonfinite: str = 'warn',
+                 max_names: int = 1000) -> None:
         if interval is not None and (not isinstance(interval, int)
                                      or isinstance(interval, bool)
                                      or interval <= 0):
@@ -127,11 +131,12 @@ class StatsCollectorHook(Hook):
         self.collect_outputs = collect_outputs
         self.collect_timing = collect_timing
         self.on_nonfinite = on_nonfinite
+        patterns = dict(train=rf'^(?!val/|test/)(?:{scoped})$',
+                        val=rf'^val/(?:{scoped})$',
+                        test=rf'^test/(?:{scoped})$')
         self.collectors = {
-            'train': Collector(rf'^(?!val/|test/)(?:{scoped})$',
-                               keep_previous),
-            'val': Collector(rf'^val/(?:{scoped})$', keep_previous),
-            'test': Collector(rf'^test/(?:{scoped})$', keep_previous),
+            mode: Collector(pattern, keep_previous, max_names=max_names)
+            for mode, pattern in patterns.items()
         }
         self._logger = None
         self._previous_phase: Optional[str] = None

@@ -39,6 +39,8 @@ def _no_pending_values():
     (dict(regex=None), 'regex must be a str'),
     (dict(prefix=''), 'prefix must be a non-empty str'),
     (dict(on_nonfinite='stop'), 'on_nonfinite must be one of'),
+    (dict(max_names=0), 'max_names must be a positive int'),
+    (dict(max_names=2.0), 'max_names must be a positive int'),
 ])
 def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -183,3 +185,12 @@ def test_nonfinite_actions(action, caplog):
         assert hub['train/loss/nonfinite'] == 1.0  # in the log line
     else:
         assert 'train/loss/nonfinite' not in hub
+
+
+def test_max_names_reaches_the_collectors():
+    hook = StatsCollectorHook(max_names=2, collect_timing=False)
+    for name in ('a', 'b', 'c'):
+        report(name, 1.0)
+    with pytest.warns(UserWarning):
+        names = list(hook.collect('train'))
+    assert names == ['a', 'b']  # the first in sorted order are admitted
