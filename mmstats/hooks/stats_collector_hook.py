@@ -9,6 +9,8 @@ from mmengine.runner import EpochBasedTrainLoop, LogProcessor
 
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
+from mmstats.stats.workers import (deliver_worker_reports,
+                                   enable_worker_reporting)
 from .log_rhythm import (find_logger_hook, logs_train_line, scope_inline_flags,
                          slowest_rank)
 
@@ -33,6 +35,8 @@ class StatsCollectorHook(Hook):
 
     Values reported while a validation or test loop runs are kept apart
     (names prefixed ``val/``, ``test/``) and published when that loop ends.
+    Values reported in DataLoader workers (dataset, transforms) count with
+    the iteration that consumes their batch.
 
     Args:
         interval (int, optional): Publish every ``interval`` inner
@@ -236,6 +240,28 @@ class StatsCollectorHook(Hook):
                 # log the interval's statistic, not a mean of past ones
                 processor.custom_cfg.append(
                     dict(data_src=key, method_name='current'))
+
+    # -- values reported in DataLoader workers ride with their batches ----
+    def before_train(self, runner) -> None:
+        enable_worker_reporting(runner)
+
+    def before_val(self, runner) -> None:
+        enable_worker_reporting(runner)
+
+    def before_test(self, runner) -> None:
+        enable_worker_reporting(runner)
+
+    def before_train_iter(self, runner, batch_idx: int,
+                          data_batch: DATA_BATCH = None) -> None:
+        deliver_worker_reports(data_batch)
+
+    def before_val_iter(self, runner, batch_idx: int,
+                        data_batch: DATA_BATCH = None) -> None:
+        deliver_worker_reports(data_batch)
+
+    def before_test_iter(self, runner, batch_idx: int,
+                         data_batch: DATA_BATCH = None) -> None:
+        deliver_worker_reports(data_batch)
 
     # -- training --------------------------------------------------------
     def after_train_iter(self,

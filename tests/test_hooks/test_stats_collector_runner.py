@@ -285,3 +285,47 @@ def test_slowest_rank_agrees_on_every_rank_ties_go_to_the_lowest():
     results = run_distributed(_slowest, 3, cases, timeout=120)
     expected = [int(np.argmax(seconds)) for seconds in cases]
     assert results == [expected] * 3
+
+
+@ROOT_HOOKS.register_module(force=True)
+class BatchIdsHook(Hook):
+    """Keep the sample indices of every training batch."""
+
+    def __init__(self):
+        self.ids = []
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        self.ids.append(data_batch['data_samples']['img_id'].tolist())
+
+
+def test_values_reported_in_dataloader_workers(tmp_path, clean_mmengine):
+    """The dataset reports each sample's index in 2 worker processes; each
+    publication counts exactly the samples of its iterations."""
+    loader = dict(num_workers=2, persistent_workers=False,
+                  dataset=dict(type='ToyDataset', num_samples=24,
+                               report_name='data/idx'))
+    cfg = toy_cfg(tmp_path, num_samples=24, batch_size=4, log_interval=4)
+    cfg.train_dataloader.update(loader)
+    cfg.val_dataloader.update(loader, batch_size=8)
+    cfg.val_dataloader.dataset.num_samples = 16
+    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook',
+                             stats=('num', 'mean')),
+                        dict(type='BatchIdsHook')]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    ids = [h for h in runner.hooks if isinstance(h, BatchIdsHook)][0].ids
+    assert len(ids) == 12  # 2 epochs of 6 iterations
+    scalars = read_scalars(runner)
+    steps = sorted(s for s, r in scalars.items()
+                   if 'stats/data/idx/num' in r)
+    assert steps == [4, 6, 10, 12]
+    start = 0
+    for step in steps:
+        window = np.concatenate(ids[start:step])
+        assert scalars[step]['stats/data/idx/num'] == len(window)
+        assert scalars[step]['stats/data/idx/mean'] == pytest.approx(
+            window.mean(), rel=1e-12)
+        start = step
+    for epoch in (1, 2):  # every validation sample once, by the epoch
+        assert scalars[epoch]['stats/val/data/idx/num'] == 16
+        assert scalars[epoch]['stats/val/data/idx/mean'] == 7.5
