@@ -41,12 +41,6 @@ def amp_grad_scale(optim_wrapper: OptimWrapper) -> Optional[torch.Tensor]:
     return scaler._get_scale_async()
 
 
-def _norm(tensors: Params) -> torch.Tensor:
-    """The L2 norm of all elements of ``tensors`` (float64, on device)."""
-    norms = torch._foreach_norm([t.detach() for t in tensors])
-    return torch.linalg.vector_norm(torch.stack(norms).double())
-
-
 @HOOKS.register_module()
 class ModuleStatsHook(Hook):
     """Report activation, gradient and update statistics of the modules
@@ -120,6 +114,7 @@ class ModuleStatsHook(Hook):
         self._patched: List[Tuple[OptimWrapper, Optional[Callable]]] = []
         self._cost = 0.0
         self._instrumented = False
+        self._owner_index: Dict[tuple, torch.Tensor] = {}
 
     # -- setup -----------------------------------------------------------
     def before_train(self, runner) -> None:
@@ -263,45 +258,75 @@ class ModuleStatsHook(Hook):
             self._cost += time.perf_counter() - start
             original(**kwargs)
             start = time.perf_counter()
-            self._report_updates(before)
+            self._report_updates(*before)
             self._cost += time.perf_counter() - start
 
         optim_wrapper.step = step
         self._patched.append((optim_wrapper, own_step))
 
-    def _report_grads(
-            self, optim_wrapper: OptimWrapper
-    ) -> Dict[str, Tuple[Params, Params]]:
-        """Report the gradient norms; return ``{name: (params with a
-        gradient, their values before the step)}``."""
-        scale = amp_grad_scale(optim_wrapper)
-        before = {}
-        for name, module in self.targets.items():
-            params = [p for p in module.parameters() if p.grad is not None]
-            if not params:  # frozen, or unused in this iteration
-                continue
-            if 'grad_norm' in self.stats:
-                norm = _norm([p.grad for p in params])
-                if scale is not None:
-                    norm = norm / scale.double()
-                report(f'{self.prefix}/{name}/grad_norm', norm)
-            if 'update_ratio' not in self.stats:
-                continue
-            before[name] = (params, [p.detach().clone() for p in params])
-        return before
+    def _report_grads(self, optim_wrapper: OptimWrapper) -> tuple:
+        """Report the gradient norms of all modules in a few batched ops;
+        return what :meth:`_report_updates` needs: ``(params with a
+        gradient, their copies before the step, their owners)``."""
+        params, owners = [], []
+        for index, module in enumerate(self.targets.values()):
+            for param in module.parameters():
+                if param.grad is not None:
+                    params.append(param)
+                    owners.append(index)
+        if not params:  # every module frozen (or unused)
+            return [], [], []
+        if 'grad_norm' in self.stats:
+            norms = self._segment_norms([p.grad for p in params], owners)
+            scale = amp_grad_scale(optim_wrapper)
+            if scale is not None:
+                norms = norms / scale.double()
+            self._report_per_module('grad_norm', norms, owners)
+        if 'update_ratio' not in self.stats:
+            return [], [], []
+        params = [p.detach() for p in params]
+        return params, torch._foreach_mul(params, 1.0), owners  # copies
 
-    def _report_updates(self,
-                        before: Dict[str, Tuple[Params, Params]]) -> None:
-        for name, module in self.targets.items():
-            params = list(module.parameters())
-            if params and 'weight_norm' in self.stats:
-                report(f'{self.prefix}/{name}/weight_norm', _norm(params))
-            if name not in before:
-                continue
-            params, old = before[name]
-            delta = torch._foreach_sub([p.detach() for p in params], old)
-            ratio = _norm(delta) / _norm(old)
-            report(f'{self.prefix}/{name}/update_ratio', ratio)
+    def _report_updates(self, params: Params, old: Params,
+                        owners: List[int]) -> None:
+        if 'weight_norm' in self.stats:
+            every, every_owner = [], []
+            for index, module in enumerate(self.targets.values()):
+                for param in module.parameters():
+                    every.append(param.detach())
+                    every_owner.append(index)
+            if every:
+                self._report_per_module(
+                    'weight_norm', self._segment_norms(every, every_owner),
+                    every_owner)
+        if params:
+            delta = torch._foreach_sub(params, old)
+            ratios = (self._segment_norms(delta, owners) /
+                      self._segment_norms(old, owners))
+            self._report_per_module('update_ratio', ratios, owners)
+
+    def _segment_norms(self, tensors: Params,
+                       owners: List[int]) -> torch.Tensor:
+        """Per module, the L2 norm of the elements of its ``tensors``
+        (``owners[i]`` is the module of ``tensors[i]``): float64, on the
+        tensors' device, no host sync (index tensors are cached)."""
+        per_tensor = torch.stack(torch._foreach_norm(tensors)).double()
+        device = per_tensor.device
+        key = (tuple(owners), device)
+        index = self._owner_index.get(key)
+        if index is None:  # built once per parameter layout
+            index = torch.tensor(owners, device=device)
+            self._owner_index[key] = index
+        squares = torch.zeros(len(self.targets), dtype=torch.float64,
+                              device=device)
+        return squares.index_add_(0, index, per_tensor.square()).sqrt_()
+
+    def _report_per_module(self, stat: str, values: torch.Tensor,
+                           owners: List[int]) -> None:
+        """Report ``values[i]`` for every module ``i`` in ``owners``."""
+        names = list(self.targets)
+        for index in sorted(set(owners)):
+            report(f'{self.prefix}/{names[index]}/{stat}', values[index])
 
 
 def _floating_tensors(output) -> Sequence[torch.Tensor]:
