@@ -159,53 +159,78 @@ class NameTable:
         self.owner = owner
         self.names: List[str] = []
         self._index: Dict[str, int] = {}
-        self._idle = np.zeros(0, np.int64)
+        self._idle = np.zeros(0, np.int64)  # updates without values
 
-    def _align(self, names: List[str], rows: np.ndarray) -> np.ndarray:
-        """``rows`` (one per ``names``) in table order, empty rows for the
-        table's names without values, names outside the table dropped."""
-        if names == self.names:  # steady state: nothing to move
+    def _set_names(self, names: List[str], idle: List[int]) -> None:
+        self.names = names
+        self._index = {name: i for i, name in enumerate(names)}
+        self._idle = np.array(idle, np.int64)
+
+    @staticmethod
+    def _align(table: List[str], names: List[str],
+               rows: np.ndarray) -> np.ndarray:
+        """``rows`` (one per ``names``) in ``table`` order, empty rows for
+        the table's names without values, names outside it dropped."""
+        if names == table:  # steady state: nothing to move
             return rows
-        out = np.zeros((len(self.names), ROW_WIDTH))
+        out = np.zeros((len(table), ROW_WIDTH))
         out[:, MIN], out[:, MAX] = np.inf, -np.inf
-        index = self._index
+        index = {name: i for i, name in enumerate(table)}
         pairs = [(index[n], i) for i, n in enumerate(names) if n in index]
         if pairs:
             dst, src = np.array(pairs).T
             out[dst] = rows[src]
         return out
 
-    def _extremes(self, header: np.ndarray, local: np.ndarray,
-                  fns: ReduceFns) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One all_reduce MAX: header, global min and max per name."""
+    @staticmethod
+    def _extremes(fns: ReduceFns, head: np.ndarray,
+                  local: np.ndarray) -> Tuple[np.ndarray, ...]:
+        """One all_reduce MAX: ``head``, global min and max per row."""
+        size = len(local)
         reduced = fns.all_reduce_max(
-            np.concatenate([header, local[:, MAX], -local[:, MIN]]))
-        head, rest = reduced[:len(header)], reduced[len(header):]
-        size = len(self.names)
-        return head, -rest[size:], rest[:size]
+            np.concatenate([head, local[:, MAX], -local[:, MIN]]))
+        rest = reduced[len(head):]
+        return reduced[:len(head)], -rest[size:], rest[:size]
 
-    def _admit(self, gathered: List[List[str]]) -> None:
-        """Add the agreed new names, within ``max_names``."""
-        table = set(self.names)
-        union = sorted(set().union(*map(set, gathered)) - table)
-        room = max(self.max_names - len(table), 0)
-        admitted, refused = union[:room], union[room:]
-        if refused:
-            shown = ', '.join(map(repr, refused[:SHOWN_NAMES]))
-            more = len(refused) - SHOWN_NAMES
-            warnings.warn(
-                f'{self.owner}: {len(refused)} new names refused because the'
-                f' table is full (max_names={self.max_names}): {shown}'
-                f'{f" and {more} more" if more > 0 else ""}. Names leave '
-                f'the table after evict_after={self.evict_after} updates '
-                'without values; raise max_names to keep more.',
-                stacklevel=4)
-        if not admitted:
-            return
-        idle = dict(zip(self.names, self._idle.tolist()))
-        self.names = sorted(table.union(admitted))
-        self._index = {name: i for i, name in enumerate(self.names)}
-        self._idle = np.array([idle.get(n, 0) for n in self.names], np.int64)
+    def _warn_refused(self, refused: List[str]) -> None:
+        shown = ', '.join(map(repr, refused[:SHOWN_NAMES]))
+        more = len(refused) - SHOWN_NAMES
+        warnings.warn(
+            f'{self.owner}: {len(refused)} new names refused because the '
+            f'table is full (max_names={self.max_names}): {shown}'
+            f'{f" and {more} more" if more > 0 else ""}. Names leave the '
+            f'table after evict_after={self.evict_after} updates without '
+            'values; raise max_names to keep more.',
+            stacklevel=4)
+
+    def _admit(self, names: List[str], rows: np.ndarray,
+               fns: ReduceFns) -> Tuple[np.ndarray, ...]:
+        """Agree on the new names, make room, admit within ``max_names``.
+
+        Two collectives: the new names, then one MAX over the old table's
+        "has a value now" flags and the extremes of old and new names.
+        Names that the end of this update would evict leave first.
+        """
+        old = self.names
+        new = sorted(n for n in names if n not in self._index)
+        gathered = fns.all_gather_object(new)
+        union = sorted(set().union(*map(set, gathered)) - set(old))
+        candidates = old + union
+        local = self._align(candidates, names, rows)
+        active_now = local[:len(old), N] + local[:len(old), NONFINITE] > 0
+        active, low, high = self._extremes(fns, active_now.astype(float),
+                                           local)
+        leaving = (active == 0) & (self._idle + 1 >= self.evict_after)
+        kept = [n for n, out in zip(old, leaving.tolist()) if not out]
+        room = max(self.max_names - len(kept), 0)
+        if len(union) > room:
+            self._warn_refused(union[room:])
+        idle = dict(zip(old, self._idle.tolist()))
+        table = sorted(kept + union[:room])
+        self._set_names(table, [idle.get(n, 0) for n in table])
+        pos = {name: i for i, name in enumerate(candidates)}
+        take = np.array([pos[n] for n in self.names], np.int64)
+        return local[take], low[take], high[take]
 
     def sync(self, names: List[str], rows: np.ndarray, fns: ReduceFns,
              failed: bool = False) -> Tuple[List[str], np.ndarray]:
@@ -227,16 +252,13 @@ class NameTable:
         """
         has_new = any(name not in self._index for name in names)
         header = np.array([fns.rank + 1. if failed else 0., float(has_new)])
-        local = self._align(names, rows)
-        head, low, high = self._extremes(header, local, fns)
+        local = self._align(self.names, names, rows)
+        head, low, high = self._extremes(fns, header, local)
         if head[HEADER_ERROR]:
             raise RankFailure(f'{self.owner}.update() failed on rank '
                               f'{int(head[HEADER_ERROR]) - 1}')
         if head[HEADER_NEW]:
-            new = sorted(n for n in names if n not in self._index)
-            self._admit(fns.all_gather_object(new))
-            local = self._align(names, rows)
-            _, low, high = self._extremes(header[:0], local, fns)
+            local, low, high = self._admit(names, rows, fns)
         if not self.names:
             return [], np.zeros((0, ROW_WIDTH))
         merged = reduce_moments(local, low, high, fns)
@@ -249,7 +271,6 @@ class NameTable:
         keep = self._idle < self.evict_after
         if keep.all():
             return self.names, merged
-        self.names = [n for n, k in zip(self.names, keep.tolist()) if k]
-        self._index = {name: i for i, name in enumerate(self.names)}
-        self._idle = self._idle[keep]
+        self._set_names([n for n, k in zip(self.names, keep.tolist()) if k],
+                        self._idle[keep])
         return self.names, merged[keep]

@@ -1,6 +1,9 @@
 """Tests of mmstats.stats.Collector in one process: exactness, isolation,
 bounded names, arguments."""
 import math
+import re
+import time
+import warnings
 
 import numpy as np
 import pytest
@@ -356,3 +359,60 @@ def test_inline_flags_work():
     report('loss_x', 1.0)
     c.update()
     assert c.names() == ['LOSS']
+
+
+@pytest.mark.parametrize('kwargs, error', [
+    (dict(max_names=0), ValueError),
+    (dict(max_names=1.5), TypeError),
+    (dict(max_names=True), TypeError),
+    (dict(evict_after=0), ValueError),
+    (dict(evict_after='10'), TypeError),
+])
+def test_bounds_must_be_positive_ints(kwargs, error):
+    with pytest.raises(error, match=f'{next(iter(kwargs))} must be a '
+                       'positive int'):
+        Collector(**kwargs)
+
+
+def test_compiled_pattern_is_fullmatched():
+    c = Collector(re.compile('loss', re.IGNORECASE))
+    for name in ('LOSS', 'loss_x', 'my_loss'):
+        report(name, 2.0)
+    c.update()
+    assert c.names() == ['LOSS']
+
+
+def test_names_stay_bounded_and_updates_stay_cheap():
+    """5000 distinct names, one per step, update() every 10 steps."""
+    c = Collector(max_names=1000, evict_after=100)
+    sizes, times, warned = [], [], 0
+    for step in range(5000):
+        report(f'sample/{step}', float(step))
+        if step % 10 == 9:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter('always')
+                start = time.perf_counter()
+                c.update()
+                times.append(time.perf_counter() - start)
+            warned += len(caught)
+            sizes.append(len(c.names()))
+            # the 10 names of this interval are published exactly
+            for name in (f'sample/{step - 9}', f'sample/{step}'):
+                assert c.num(name) == 1 and c.mean(name) == int(name[7:])
+    assert max(sizes) <= 1000 and sizes[-1] == 1000
+    assert warned == 0  # idle names leave before the bound is reached
+    # the table is full of names idle for < 100 updates, no older ones
+    assert c.names()[0] == 'sample/4000'
+    first, last = np.median(times[1:6]), np.median(times[-5:])
+    assert last <= 10 * first, (first, last)  # loose: shared CI machines
+
+
+def test_refused_names_warn_once_per_update():
+    c = Collector(max_names=3)
+    for name in 'edcba':
+        report(name, 1.0)
+    with pytest.warns(UserWarning, match=r"2 new names refused .*"
+                      r"max_names=3\): 'd', 'e'") as caught:
+        c.update()
+    assert len(caught) == 1
+    assert c.names() == ['a', 'b', 'c']
