@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from mmengine.dist import get_comm_device, get_rank, get_world_size
 from mmengine.hooks import LoggerHook
+from mmengine.runner import LogProcessor
 
 _GLOBAL_FLAGS = re.compile(r'\(\?([aiLmsux]+)\)')
 
@@ -41,6 +42,20 @@ def logs_train_line(runner, batch_idx: int, interval: int,
     loader = runner.train_dataloader
     return batch_idx + 1 == len(loader) and (not ignore_last
                                              or len(loader) <= interval)
+
+
+def log_current_value(processor: LogProcessor, key: str) -> None:
+    """Make ``processor`` log the current value of ``key``.
+
+    LogProcessor averages keys matching its ``mean_pattern`` (``loss``,
+    ``time``, ...) over ``window_size`` past values, which would make a
+    line show a mean of past maxima; a ``custom_cfg`` entry of the user's
+    for ``key`` wins.
+    """
+    if re.search(processor.mean_pattern, key) and not any(
+            cfg.get('data_src') == key for cfg in processor.custom_cfg):
+        processor.custom_cfg.append(dict(data_src=key,
+                                         method_name='current'))
 
 
 def scope_inline_flags(regex: str) -> str:

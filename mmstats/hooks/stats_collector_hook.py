@@ -11,8 +11,8 @@ from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
 from mmstats.stats.workers import (deliver_worker_reports,
                                    enable_worker_reporting)
-from .log_rhythm import (find_logger_hook, logs_train_line, scope_inline_flags,
-                         slowest_rank)
+from .log_rhythm import (find_logger_hook, log_current_value, logs_train_line,
+                         scope_inline_flags, slowest_rank)
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 DEFAULT_INTERVAL = 10
@@ -233,13 +233,8 @@ class StatsCollectorHook(Hook):
             if key in self._seen_keys:
                 continue
             self._seen_keys.add(key)
-            if isinstance(processor, LogProcessor) and re.search(
-                    processor.mean_pattern, key) and not any(
-                        cfg.get('data_src') == key
-                        for cfg in processor.custom_cfg):  # the user's wins
-                # log the interval's statistic, not a mean of past ones
-                processor.custom_cfg.append(
-                    dict(data_src=key, method_name='current'))
+            if isinstance(processor, LogProcessor):
+                log_current_value(processor, key)
 
     # -- values reported in DataLoader workers ride with their batches ----
     def before_train(self, runner) -> None:
