@@ -2,11 +2,11 @@
 """BNRecorder: routes BN layers' batch statistics into flat buffers.
 
 While installed, every participating BN layer runs with ``momentum=1`` and
-running buffers that are views of one flat ``(2, channels)`` tensor per
-(device, dtype) group, so after a forward the flat tensor holds every
-layer's batch mean and unbiased batch variance. :meth:`BNRecorder.accumulate`
-folds them into float64 sums with a few flat ops per group; everything is
-restored by :meth:`BNRecorder.restore`.
+running buffers that are aligned views of one flat ``(2, channels +
+padding)`` tensor per (device, dtype) group, so after a forward the flat
+tensor holds every layer's batch mean and unbiased batch variance.
+:meth:`BNRecorder.accumulate` folds them into float64 sums with a few flat
+ops per group; everything is restored by :meth:`BNRecorder.restore`.
 """
 from typing import Callable, Dict, List, Tuple, Type
 
@@ -17,6 +17,8 @@ from torch.nn.modules.batchnorm import SyncBatchNorm, _BatchNorm
 from .estimators import Estimator
 
 _F64 = torch.float64
+# Alignment of each layer's running-buffer view in the flat buffers.
+ALIGN_BYTES = 256
 
 
 class LayerGroup:
@@ -28,13 +30,24 @@ class LayerGroup:
         self.first, self.count = first, len(layers)
         self.sizes = [bn.running_mean.numel() for bn in layers]
         channels = sum(self.sizes)
-        # row 0: the layers' batch means, row 1: their unbiased batch vars
-        self.flat = torch.zeros(2, channels, dtype=self.dtype,
+        # row 0: the layers' batch means, row 1: their unbiased batch vars;
+        # each layer's view starts on an ALIGN_BYTES boundary (CUDA BN
+        # kernels, e.g. channels_last, load running buffers vectorised:
+        # unaligned views fail with "misaligned address")
+        align = max(1, ALIGN_BYTES // buf.element_size())
+        self.starts, width = [], 0
+        for size in self.sizes:
+            self.starts.append(width)
+            width += -(-size // align) * align
+        self.flat = torch.zeros(2, width, dtype=self.dtype,
                                 device=self.device)
         self.views = [
             (self.flat[0, s:s + n], self.flat[1, s:s + n])
-            for s, n in zip(self._starts(), self.sizes)
+            for s, n in zip(self.starts, self.sizes)
         ]
+        self.packed_index = torch.cat([
+            torch.arange(s, s + n) for s, n in zip(self.starts, self.sizes)
+        ]).to(self.device)
         self.channel_layer = torch.repeat_interleave(
             torch.arange(self.count), torch.tensor(self.sizes)).to(self.device)
         # raw sums of [mu_b, v_b] and of mu_b^2 over batches of equal counts
@@ -46,12 +59,9 @@ class LayerGroup:
         self.weights = torch.zeros(2, self.count, dtype=_F64,
                                    device=self.device)
 
-    def _starts(self) -> List[int]:
-        starts, total = [], 0
-        for size in self.sizes:
-            starts.append(total)
-            total += size
-        return starts
+    def packed(self) -> Tensor:
+        """``flat`` without the alignment padding: ``(2, channels)``."""
+        return self.flat.index_select(1, self.packed_index)
 
 
 class BNRecorder:
@@ -154,7 +164,8 @@ class BNRecorder:
         start = sum(group.sizes[:j])
         part = slice(start, start + group.sizes[j])
         w_mean, w_var = self.estimator.weights(self.counts[i])
-        stats = group.flat[:, part].double()
+        first = group.starts[j]
+        stats = group.flat[:, first:first + group.sizes[j]].double()
         group.sums[0, part] += w_mean * stats[0]
         group.sums[1, part] += w_var * stats[1]
         if self.estimator.needs_squares:
@@ -176,9 +187,10 @@ class BNRecorder:
             self._signature = list(counts)
         squares = self.estimator.needs_squares
         for group in self.groups:
-            group.raw.add_(group.flat)
+            stats = group.packed()
+            group.raw.add_(stats)
             if squares:
-                mean = group.flat[0]
+                mean = stats[0]
                 group.raw_squares.addcmul_(mean, mean)
         self._raw_batches += 1
         counts[:] = self._zeros
