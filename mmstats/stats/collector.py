@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Pattern, Tuple, Union
 import numpy as np
 import torch
 
-from .moments import M2, MAX, MEAN, MIN, N, NONFINITE, empty_rows, merge_rows
+from .moments import M2, MAX, MEAN, MIN, NONFINITE, N, empty_rows, merge_rows
 from .protocol import NameTable, RankFailure, ReduceFns
 from .reporting import LIVE_COLLECTORS, STORE
 

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from mmengine.dist import get_comm_device, get_rank, get_world_size
 
-from .moments import MAX, MEAN, MIN, M2, N, NONFINITE, ROW_WIDTH
+from .moments import M2, MAX, MEAN, MIN, NONFINITE, ROW_WIDTH, N
 
 __all__ = ['ReduceFns', 'NameTable', 'RankFailure', 'reduce_moments']
 

@@ -15,7 +15,6 @@ from mmstats.stats.reporting import (MAX_PENDING_NUMBERS, MAX_PENDING_ROWS,
                                      MAX_PENDING_TENSORS, STORE)
 
 
-
 @pytest.fixture(autouse=True)
 def _clean_state():
     """No collector or pending value leaks from one test into the next."""

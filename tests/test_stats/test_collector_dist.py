@@ -148,8 +148,6 @@ def test_distributed_constant_collectives():
             assert out[(size, 'num')] == (1., 1., size + 2)
 
 
-
-
 def _sizes_worker(rank, world):
     """Per update: the collectives' element counts; the published stats."""
     sent = []
