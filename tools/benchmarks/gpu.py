@@ -25,6 +25,7 @@ import contextlib
 import statistics
 import sys
 import time
+import warnings
 from typing import Callable, Dict, List
 
 import torch
@@ -104,18 +105,19 @@ def interleaved(fns: Dict[str, Callable], repeats: int) -> Dict[str, float]:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def bench_precise_bn(batch_sizes, num_batches: int, repeats: int) -> None:
+def bench_precise_bn(batch_sizes, num_samples: int, repeats: int) -> None:
     try:
         from fvcore.nn.precise_bn import update_bn_stats as fvcore_update
     except ImportError as e:
         fvcore_update = None
         print(f'(fvcore not importable: {e})')
     model = resnet50().cuda().train()
-    print(f'\n== update_bn_stats on ResNet-50, {num_batches} batches of '
+    print(f'\n== update_bn_stats on ResNet-50, {num_samples} samples of '
           f'{IMAGE}x{IMAGE}: time / plain forwards (median of {repeats}) ==')
     print(f'{"batch":>5} {"precision":>9} {"forwards s":>10} '
           f'{"mmstats":>8} {"fvcore":>8}')
     for batch_size in batch_sizes:
+        num_batches = num_samples // batch_size
         batches = [
             torch.randn(batch_size, 3, IMAGE, IMAGE, device='cuda')
             for _ in range(num_batches)
@@ -267,13 +269,14 @@ def main() -> None:
                  'visible to torch here); the CPU benchmarks are '
                  'tools/benchmarks/precise_bn.py and report.py')
     torch.backends.cudnn.benchmark = True
+    warnings.simplefilter('ignore')  # deprecations of torch/mmengine APIs
     props = torch.cuda.get_device_properties(0)
     print(f'device: {props.name}, {props.total_memory / 2**30:.0f} GiB; '
           f'torch {torch.__version__}, CUDA {torch.version.cuda}; '
           f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}')
     quick = args.quick
     if args.only in (None, 'bn'):
-        bench_precise_bn((64, 256), 4 if quick else 8, 2 if quick else 5)
+        bench_precise_bn((64, 256), 512 if quick else 2048, 2 if quick else 5)
     if args.only in (None, 'report'):
         bench_report(200 if quick else 1000, 3 if quick else 7)
     if args.only in (None, 'hook'):

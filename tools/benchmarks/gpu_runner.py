@@ -111,7 +111,7 @@ def _run(work_dir: str, iters: int, hooks: List[dict], tag: str) -> float:
         log_processor=dict(by_epoch=False),
         custom_hooks=hooks + [dict(type='SpanTimerHook')],
         env_cfg=dict(cudnn_benchmark=True),
-        log_level='WARNING',
+        log_level='ERROR',
         default_scope=None)
     runner.train()
     timer = [h for h in runner.hooks if isinstance(h, SpanTimerHook)][0]
