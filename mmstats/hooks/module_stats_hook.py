@@ -68,7 +68,8 @@ class ModuleStatsHook(Hook):
     them) and the optimizer wrapper's ``step`` is wrapped only on the
     iteration of the last optimizer step up to it (the same one without
     gradient accumulation); both are removed afterwards. Modules without
-    gradients (frozen) get no ``grad_norm``/``update_ratio``.
+    gradients (frozen) get no ``grad_norm``/``update_ratio``. See
+    ``docs/module_stats.md`` (schedule, AMP, cost).
 
     Args:
         modules (str): Regular expression matched (``re.fullmatch``) against
