@@ -16,7 +16,7 @@ network written here with torch.nn) on 224x224 inputs:
    ResNet-50 with AMP (batch 64): seconds per iteration with no mmstats hook
    (the model's ``report()`` calls are then no-ops), with the hook at the
    default interval (LoggerHook's, 10) and at interval 1, and the same with
-   ModuleStatsHook added when it exists.
+   ModuleStatsHook added.
 
 Usage: ``python tools/benchmarks/gpu.py [--quick] [--only bn|report|hook]``
 """

@@ -125,11 +125,6 @@ def _configs() -> Dict[str, List[dict]]:
         'StatsCollectorHook (interval 10)': [stats],
         'StatsCollectorHook (interval 1)': [dict(stats, interval=1)],
     }
-    try:
-        from mmstats.hooks import ModuleStatsHook  # noqa: F401
-    except ImportError:
-        print('(ModuleStatsHook does not exist yet: not measured)')
-        return configs
     module_stats = dict(
         type='mmstats.ModuleStatsHook', modules=r'backbone\.layer\d')
     # ModuleStatsHook instruments the iterations StatsCollectorHook publishes
