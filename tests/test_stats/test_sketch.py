@@ -173,3 +173,25 @@ def test_cuda_counts_without_sync(deterministic):
         torch.use_deterministic_algorithms(False)
     assert counts.is_cuda and counts.dtype is torch.float64
     np.testing.assert_array_equal(counts.cpu(), bucket_counts(x.cpu()))
+
+
+def _worker_merge(rank, world_size):
+    """This rank's shard of mixed-sign data: counts, one all_reduce SUM."""
+    import torch.distributed as dist
+    values = mixed_sign(np.random.default_rng(40 + rank), 3000 + 500 * rank)
+    counts = bucket_counts(torch.from_numpy(values))
+    dist.all_reduce(counts)  # the one collective of Collector(sketch=True)
+    return values, counts.numpy(), quantiles(counts, QS)
+
+
+def test_all_reduce_sum_merges_ranks_exactly():
+    """2 gloo ranks: the summed counts are the sketch of all ranks' values,
+    every quantile within alpha of numpy's, the same bits on every rank."""
+    from tests.helpers.dist import run_distributed
+    results = run_distributed(_worker_merge, 2, timeout=90)
+    everything = np.concatenate([values for values, _, _ in results])
+    whole = bucket_counts(torch.from_numpy(everything)).numpy()
+    for _, counts, got in results:
+        np.testing.assert_array_equal(counts, whole)
+        np.testing.assert_array_equal(got, results[0][2])
+    assert_within_alpha(results[0][2], lower_quantiles(everything, QS))
