@@ -11,8 +11,8 @@ import pytest
 matplotlib = pytest.importorskip('matplotlib')
 matplotlib.use('Agg')
 
-sys.path.insert(0, osp.join(osp.dirname(osp.dirname(__file__)), 'tools',
-                            'analysis'))
+sys.path.insert(
+    0, osp.join(osp.dirname(osp.dirname(__file__)), 'tools', 'analysis'))
 import plot_stats  # noqa: E402
 from plot_curves import load_scalars  # noqa: E402
 
@@ -25,11 +25,16 @@ def real_run(tmp_path_factory):
     from tests.conftest import _subclasses
     from tests.helpers.runner import toy_cfg
     work_dir = tmp_path_factory.mktemp('run')
-    cfg = toy_cfg(work_dir, num_samples=80, log_interval=2,
-                  report_stats=True,
-                  custom_hooks=[dict(type='mmstats.StatsCollectorHook'),
-                                dict(type='mmstats.ModuleStatsHook',
-                                     modules=r'backbone\.stem|head')])
+    cfg = toy_cfg(
+        work_dir,
+        num_samples=80,
+        log_interval=2,
+        report_stats=True,
+        custom_hooks=[
+            dict(type='mmstats.StatsCollectorHook'),
+            dict(
+                type='mmstats.ModuleStatsHook', modules=r'backbone\.stem|head')
+        ])
     Runner.from_cfg(cfg).train()
     from mmengine.logging import MMLogger
     from mmengine.utils import ManagerMixin
@@ -64,12 +69,12 @@ def test_real_run_pictures(real_run, tmp_path):
         'update ratio ||dw|| / ||w|| (log colour scale)'
     ]
     heat = fig.axes[0]
-    assert [t.get_text() for t in heat.get_yticklabels()] == [
-        'backbone.stem', 'head']
+    assert [t.get_text()
+            for t in heat.get_yticklabels()] == ['backbone.stem', 'head']
     image = heat.get_images()[0]
     assert type(image.norm).__name__ == 'LogNorm'
-    names, steps, matrix = plot_stats.module_matrix(series, 'stats',
-                                                    'modules', 'act')
+    names, steps, matrix = plot_stats.module_matrix(series, 'stats', 'modules',
+                                                    'act')
     mean = np.asarray(series['stats/modules/head/act/mean'][1])
     std = np.asarray(series['stats/modules/head/act/std'][1])
     np.testing.assert_allclose(matrix[names.index('head')],
@@ -94,10 +99,15 @@ def _legend_outside(fig, ax):
 
 def test_bounded_band_stays_in_range(tmp_path):
     steps = [10, 20, 30]
-    records = [{'stats/p_true/mean': 0.95, 'stats/p_true/std': 0.2,
-                'stats/p_true/min': 0.4, 'stats/p_true/max': 1.0,
-                'stats/acc/mean': 0.5, 'stats/acc/std': 0.45,
-                'step': s} for s in steps]
+    records = [{
+        'stats/p_true/mean': 0.95,
+        'stats/p_true/std': 0.2,
+        'stats/p_true/min': 0.4,
+        'stats/p_true/max': 1.0,
+        'stats/acc/mean': 0.5,
+        'stats/acc/std': 0.45,
+        'step': s
+    } for s in steps]
     series = load_scalars(_write(tmp_path / 'scalars.json', records))
     fig = plot_stats.names_figure(series, ['p_true', 'acc'], 'stats',
                                   (False, False))
@@ -112,10 +122,15 @@ def test_bounded_band_stays_in_range(tmp_path):
 
 def test_quantile_bands_and_log_loss(tmp_path):
     losses = np.geomspace(10, 0.01, 6)
-    records = [{'stats/loss/mean': v, 'stats/loss/p1': v / 3,
-                'stats/loss/p50': v / 2, 'stats/loss/p99': 3 * v,
-                'stats/lr/mean': 0.1, 'stats/lr/std': 0.0,
-                'step': 10 * (i + 1)} for i, v in enumerate(losses)]
+    records = [{
+        'stats/loss/mean': v,
+        'stats/loss/p1': v / 3,
+        'stats/loss/p50': v / 2,
+        'stats/loss/p99': 3 * v,
+        'stats/lr/mean': 0.1,
+        'stats/lr/std': 0.0,
+        'step': 10 * (i + 1)
+    } for i, v in enumerate(losses)]
     series = load_scalars(_write(tmp_path / 'scalars.json', records))
     fig = plot_stats.names_figure(series, ['loss', 'lr'], 'stats',
                                   (False, False))
@@ -131,8 +146,8 @@ def test_quantile_bands_and_log_loss(tmp_path):
     series = load_scalars(_write(tmp_path / 'flat.json', flat))
     fig = plot_stats.names_figure(series, ['loss'], 'stats', (False, False))
     assert fig.axes[0].get_yscale() == 'linear'
-    fig = plot_stats.names_figure(series, ['loss'], 'stats', (False, False),
-                                  log_loss=True)
+    fig = plot_stats.names_figure(
+        series, ['loss'], 'stats', (False, False), log_loss=True)
     assert fig.axes[0].get_yscale() == 'log'
 
 

@@ -96,8 +96,8 @@ class ModuleStatsHook(Hook):
             raise ValueError(f'ModuleStatsHook: modules={modules!r} is not a '
                              f'valid regular expression ({e})') from None
         if isinstance(stats, str) or not isinstance(
-                stats, Sequence) or not stats or not set(stats) <= set(
-                    MODULE_STATS):
+                stats,
+                Sequence) or not stats or not set(stats) <= set(MODULE_STATS):
             raise ValueError(f'ModuleStatsHook: stats must be a non-empty '
                              f'list of {MODULE_STATS}, e.g. stats=("act",), '
                              f'got {stats!r}')
@@ -128,15 +128,15 @@ class ModuleStatsHook(Hook):
         }
         if not self.targets:
             names = [n for n, _ in model.named_modules() if n]
-            shown = ', '.join(names[:12]) + (', ...' if len(names) > 12
-                                             else '')
+            shown = ', '.join(
+                names[:12]) + (', ...' if len(names) > 12 else '')
             raise ValueError(
                 f'ModuleStatsHook: modules={self.modules!r} matches no '
                 f'module name of {type(model).__name__} (re.fullmatch); '
                 f'its modules are: {shown}')
-        self._collector_hook = next((h for h in runner.hooks
-                                     if isinstance(h, StatsCollectorHook)),
-                                    None)
+        self._collector_hook = next(
+            (h for h in runner.hooks if isinstance(h, StatsCollectorHook)),
+            None)
         self._logger = find_logger_hook(runner)
         if self._collector_hook is not None:
             self._interval = self._collector_hook.interval
@@ -146,11 +146,15 @@ class ModuleStatsHook(Hook):
             print_log(
                 'ModuleStatsHook: no StatsCollectorHook in custom_hooks: '
                 'the statistics are reported but only a Collector of yours '
-                'publishes them', 'current', level=30)
+                'publishes them',
+                'current',
+                level=30)
         if isinstance(runner.optim_wrapper, OptimWrapperDict):
             print_log(
                 'ModuleStatsHook: several optimizers (OptimWrapperDict): '
-                'only activations are reported', 'current', level=30)
+                'only activations are reported',
+                'current',
+                level=30)
 
     # -- when ------------------------------------------------------------
     def publishes_after(self, runner, batch_idx: int) -> bool:
@@ -158,8 +162,9 @@ class ModuleStatsHook(Hook):
         ``batch_idx`` (StatsCollectorHook's rule: where LoggerHook writes a
         line, every ``interval`` iterations, at the end of every epoch)."""
         loader_len = len(runner.train_dataloader)
-        epoch_end = (isinstance(runner.train_loop, EpochBasedTrainLoop)
-                     and batch_idx + 1 == loader_len)
+        epoch_end = (
+            isinstance(runner.train_loop, EpochBasedTrainLoop)
+            and batch_idx + 1 == loader_len)
         collector = self._collector_hook
         if epoch_end or (collector is not None and collector.by_epoch):
             return epoch_end
@@ -193,9 +198,8 @@ class ModuleStatsHook(Hook):
         start = time.perf_counter()
         optim_wrapper = runner.optim_wrapper
         if self.stats != ('act', ) and isinstance(
-                optim_wrapper, OptimWrapper) and (
-                self._steps_for_publication(runner, batch_idx,
-                                            optim_wrapper)):
+                optim_wrapper, OptimWrapper) and (self._steps_for_publication(
+                    runner, batch_idx, optim_wrapper)):
             self._patch_step(optim_wrapper)
         if 'act' in self.stats and self.publishes_after(runner, batch_idx):
             self._attach_forward_hooks()
@@ -302,8 +306,9 @@ class ModuleStatsHook(Hook):
                     every_owner)
         if params:
             delta = torch._foreach_sub(params, old)
-            ratios = (self._segment_norms(delta, owners) /
-                      self._segment_norms(old, owners))
+            ratios = (
+                self._segment_norms(delta, owners) /
+                self._segment_norms(old, owners))
             self._report_per_module('update_ratio', ratios, owners)
 
     def _segment_norms(self, tensors: Params,
@@ -318,8 +323,8 @@ class ModuleStatsHook(Hook):
         if index is None:  # built once per parameter layout
             index = torch.tensor(owners, device=device)
             self._owner_index[key] = index
-        squares = torch.zeros(len(self.targets), dtype=torch.float64,
-                              device=device)
+        squares = torch.zeros(
+            len(self.targets), dtype=torch.float64, device=device)
         return squares.index_add_(0, index, per_tensor.square()).sqrt_()
 
     def _report_per_module(self, stat: str, values: torch.Tensor,

@@ -53,21 +53,29 @@ class RawRecorder(Hook):
         original = optimizer.step
 
         def step(*args, **kwargs):
-            grads = {n: [p.grad.double().cpu().numpy().copy()
-                         for p in m.parameters() if p.grad is not None]
-                     for n, m in self.modules.items()}
+            grads = {
+                n: [
+                    p.grad.double().cpu().numpy().copy()
+                    for p in m.parameters() if p.grad is not None
+                ]
+                for n, m in self.modules.items()
+            }
             before = self._weights()
             original(*args, **kwargs)
             self.steps[self.iter] = dict(
-                grads=grads, before=before, after=self._weights(),
+                grads=grads,
+                before=before,
+                after=self._weights(),
                 patched='step' in vars(optim_wrapper))
 
         optimizer.step = step
 
     def _weights(self):
-        return {n: [p.detach().double().cpu().numpy().copy()
-                    for p in m.parameters()]
-                for n, m in self.modules.items()}
+        return {
+            n:
+            [p.detach().double().cpu().numpy().copy() for p in m.parameters()]
+            for n, m in self.modules.items()
+        }
 
     def _forward_hook(self, name):
 
@@ -76,8 +84,8 @@ class RawRecorder(Hook):
                 return
             self.acts.setdefault(self.iter, {})[name] = (
                 output.detach().double().cpu().numpy().copy())
-            self.hooks_seen.setdefault(self.iter, {})[name] = len(
-                module._forward_hooks)
+            self.hooks_seen.setdefault(self.iter,
+                                       {})[name] = len(module._forward_hooks)
 
         return hook
 
@@ -90,9 +98,11 @@ def _norm(arrays):
 
 
 def _scalars(work_dir):
-    path = [osp.join(work_dir, d, 'vis_data', 'scalars.json')
-            for d in sorted(__import__('os').listdir(work_dir))
-            if osp.isdir(osp.join(work_dir, d, 'vis_data'))][-1]
+    path = [
+        osp.join(work_dir, d, 'vis_data', 'scalars.json')
+        for d in sorted(__import__('os').listdir(work_dir))
+        if osp.isdir(osp.join(work_dir, d, 'vis_data'))
+    ][-1]
     merged = {}
     for line in open(path):
         record = json.loads(line)
@@ -100,12 +110,20 @@ def _scalars(work_dir):
     return merged
 
 
-def _train(work_dir, dist=False, freeze=None, accumulative_counts=1,
+def _train(work_dir,
+           dist=False,
+           freeze=None,
+           accumulative_counts=1,
            amp=False):
-    cfg = toy_cfg(work_dir, by_epoch=False, max_iters=6, log_interval=3,
-                  custom_hooks=[dict(type='mmstats.StatsCollectorHook'),
-                                dict(type='mmstats.ModuleStatsHook',
-                                     modules=MODULES)])
+    cfg = toy_cfg(
+        work_dir,
+        by_epoch=False,
+        max_iters=6,
+        log_interval=3,
+        custom_hooks=[
+            dict(type='mmstats.StatsCollectorHook'),
+            dict(type='mmstats.ModuleStatsHook', modules=MODULES)
+        ])
     cfg.optim_wrapper.accumulative_counts = accumulative_counts
     if amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
@@ -128,28 +146,36 @@ def _check(scalars, acts, steps, publications, frozen=None):
             key = f'stats/modules/{name}/act'
             for stat, ref in (('mean', values.mean()), ('std', values.std()),
                               ('min', values.min()), ('max', values.max())):
-                np.testing.assert_allclose(record[f'{key}/{stat}'], ref,
-                                           rtol=1e-5, atol=1e-7,
-                                           err_msg=f'{it} {name} {stat}')
+                np.testing.assert_allclose(
+                    record[f'{key}/{stat}'],
+                    ref,
+                    rtol=1e-5,
+                    atol=1e-7,
+                    err_msg=f'{it} {name} {stat}')
             per_rank = steps[it][name]
             weight = [_norm(after) for _, _, after in per_rank]
             np.testing.assert_allclose(
                 record[f'stats/modules/{name}/weight_norm/mean'],
-                np.mean(weight), rtol=1e-6)
+                np.mean(weight),
+                rtol=1e-6)
             if name == frozen:
                 assert f'stats/modules/{name}/grad_norm/mean' not in record
                 assert f'stats/modules/{name}/update_ratio/mean' not in record
                 continue
             grad = [_norm(g) for g, _, _ in per_rank]
-            ratio = [_norm([a - b for a, b in zip(after, before)]) /
-                     _norm(before) for _, before, after in per_rank]
+            ratio = [
+                _norm([a - b for a, b in zip(after, before)]) / _norm(before)
+                for _, before, after in per_rank
+            ]
             for stat, ref in (('mean', np.mean(grad)), ('max', max(grad))):
                 np.testing.assert_allclose(
-                    record[f'stats/modules/{name}/grad_norm/{stat}'], ref,
+                    record[f'stats/modules/{name}/grad_norm/{stat}'],
+                    ref,
                     rtol=1e-6)
             np.testing.assert_allclose(
                 record[f'stats/modules/{name}/update_ratio/mean'],
-                np.mean(ratio), rtol=1e-6)
+                np.mean(ratio),
+                rtol=1e-6)
             assert ratio[0] > 0
         assert record['stats/modules/instrument_ms/mean'] > 0
 
@@ -170,59 +196,105 @@ def test_real_runner_exact(tmp_path, clean_mmengine):
     scalars = _scalars(tmp_path)
     assert sorted(s for s, r in scalars.items()
                   if 'stats/modules/head/act/mean' in r) == [3, 6]
-    acts = {it: {n: [a] for n, a in recorder.acts[it].items()}
-            for it in (3, 6)}
-    steps = {it: {n: [v] for n, v in _step_record(recorder, it).items()}
-             for it in (3, 6)}
+    acts = {
+        it: {
+            n: [a]
+            for n, a in recorder.acts[it].items()
+        }
+        for it in (3, 6)
+    }
+    steps = {
+        it: {
+            n: [v]
+            for n, v in _step_record(recorder, it).items()
+        }
+        for it in (3, 6)
+    }
     _check(scalars, acts, steps, (3, 6))
     _hooks_only_when_published(recorder, (3, 6))
     assert [it for it, s in recorder.steps.items() if s['patched']] == [3, 6]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="mmengine's AmpOptimWrapper needs CUDA")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="mmengine's AmpOptimWrapper needs CUDA")
 def test_real_runner_amp(tmp_path, clean_mmengine):
     """The recorder sees the gradients inside GradScaler.step (unscaled):
     the published norms must be the unscaled ones."""
     recorder = _train(tmp_path, amp=True)
     scalars = _scalars(tmp_path)
-    acts = {it: {n: [a] for n, a in recorder.acts[it].items()}
-            for it in (3, 6)}
-    steps = {it: {n: [v] for n, v in _step_record(recorder, it).items()}
-             for it in (3, 6)}
+    acts = {
+        it: {
+            n: [a]
+            for n, a in recorder.acts[it].items()
+        }
+        for it in (3, 6)
+    }
+    steps = {
+        it: {
+            n: [v]
+            for n, v in _step_record(recorder, it).items()
+        }
+        for it in (3, 6)
+    }
     _check(scalars, acts, steps, (3, 6))
 
 
 def test_frozen_module_and_accumulation(tmp_path, clean_mmengine):
     """Steps at iterations 2, 4, 6; publications at 3 and 6 show the
     gradients of the steps at 2 and 6. The frozen stem has no grads."""
-    recorder = _train(tmp_path, freeze='backbone.stem',
-                      accumulative_counts=2)
+    recorder = _train(tmp_path, freeze='backbone.stem', accumulative_counts=2)
     assert sorted(recorder.steps) == [2, 4, 6]
     assert [it for it, s in recorder.steps.items() if s['patched']] == [2, 6]
     scalars = _scalars(tmp_path)
-    acts = {it: {n: [a] for n, a in recorder.acts[it].items()}
-            for it in (3, 6)}
-    steps = {3: {n: [v] for n, v in _step_record(recorder, 2).items()},
-             6: {n: [v] for n, v in _step_record(recorder, 6).items()}}
+    acts = {
+        it: {
+            n: [a]
+            for n, a in recorder.acts[it].items()
+        }
+        for it in (3, 6)
+    }
+    steps = {
+        3: {
+            n: [v]
+            for n, v in _step_record(recorder, 2).items()
+        },
+        6: {
+            n: [v]
+            for n, v in _step_record(recorder, 6).items()
+        }
+    }
     _check(scalars, acts, steps, (3, 6), frozen='backbone.stem')
     _hooks_only_when_published(recorder, (3, 6))
 
 
 def _dist_worker(rank, world_size, work_dir):
     recorder = _train(osp.join(work_dir, str(rank)), dist=True)
-    return dict(acts={it: recorder.acts[it] for it in (3, 6)},
-                steps={it: _step_record(recorder, it) for it in (3, 6)},
-                seen=recorder.hooks_seen)
+    return dict(
+        acts={it: recorder.acts[it]
+              for it in (3, 6)},
+        steps={it: _step_record(recorder, it)
+               for it in (3, 6)},
+        seen=recorder.hooks_seen)
 
 
 def test_two_gloo_ranks(tmp_path):
     results = run_distributed(_dist_worker, 2, str(tmp_path))
     scalars = _scalars(osp.join(tmp_path, '0'))
-    acts = {it: {n: [r['acts'][it][n] for r in results] for n in NAMES}
-            for it in (3, 6)}
-    steps = {it: {n: [r['steps'][it][n] for r in results] for n in NAMES}
-             for it in (3, 6)}
+    acts = {
+        it: {
+            n: [r['acts'][it][n] for r in results]
+            for n in NAMES
+        }
+        for it in (3, 6)
+    }
+    steps = {
+        it: {
+            n: [r['steps'][it][n] for r in results]
+            for n in NAMES
+        }
+        for it in (3, 6)
+    }
     _check(scalars, acts, steps, (3, 6))
     # DDP reduced the gradients: both ranks saw the same ones
     for name in NAMES:
@@ -231,7 +303,10 @@ def test_two_gloo_ranks(tmp_path):
 
 
 # ------------------------------------------------------ hook logic alone
-def _mock_runner(model, loader_len=23, by_epoch=True, log_interval=10,
+def _mock_runner(model,
+                 loader_len=23,
+                 by_epoch=True,
+                 log_interval=10,
                  collector=True):
     runner = MagicMock()
     runner.model = model
@@ -256,13 +331,17 @@ def test_publication_iterations_follow_the_logger():
     runner = _mock_runner(_toy())
     hook = ModuleStatsHook(modules=r'\d')
     hook.before_train(runner)
-    assert [i for i in range(23) if hook.publishes_after(runner, i)] == [
-        9, 19, 22]
-    runner = _mock_runner(_toy(), by_epoch=False, loader_len=1000,
-                          log_interval=4, collector=False)
+    assert [i for i in range(23)
+            if hook.publishes_after(runner, i)] == [9, 19, 22]
+    runner = _mock_runner(
+        _toy(),
+        by_epoch=False,
+        loader_len=1000,
+        log_interval=4,
+        collector=False)
     hook.before_train(runner)
-    assert [i for i in range(12) if hook.publishes_after(runner, i)] == [
-        3, 7, 11]
+    assert [i for i in range(12)
+            if hook.publishes_after(runner, i)] == [3, 7, 11]
 
 
 def test_attached_only_on_instrumented_iterations():
@@ -303,8 +382,10 @@ def test_amp_gradients_are_unscaled():
     reference(x).square().sum().backward()
     expected = _norm(
         [p.grad.double().numpy() for p in reference[0].parameters()])
-    with patch('mmengine.optim.optimizer.amp_optimizer_wrapper.'
-               'is_cuda_available', return_value=True):
+    with patch(
+            'mmengine.optim.optimizer.amp_optimizer_wrapper.'
+            'is_cuda_available',
+            return_value=True):
         wrapper = AmpOptimWrapper(
             optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     wrapper.loss_scaler = torch.amp.GradScaler('cpu', init_scale=1024.)
@@ -332,7 +413,8 @@ def test_stats_subset():
     runner.optim_wrapper.update_params(model(torch.randn(4, 3)).sum())
     hook.after_train_iter(runner, 9)
     collector.update()
-    assert collector.names() == ['modules/0/grad_norm',
-                                 'modules/instrument_ms']
+    assert collector.names() == [
+        'modules/0/grad_norm', 'modules/instrument_ms'
+    ]
     with pytest.raises(ValueError, match='stats must be'):
         ModuleStatsHook(modules='0', stats=('act', 'typo'))

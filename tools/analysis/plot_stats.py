@@ -28,8 +28,8 @@ from plot_curves import Series, load_scalars  # noqa: E402
 
 QUANTILE = re.compile(r'p(\d{1,2}(?:\.\d+)?)$')
 BASE_STATS = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
-MODULE_PANELS = (('act', 'activation scale (rms)'),
-                 ('grad_norm', 'gradient norm'),
+MODULE_PANELS = (('act', 'activation scale (rms)'), ('grad_norm',
+                                                     'gradient norm'),
                  ('update_ratio', 'update ratio ||dw|| / ||w||'))
 
 
@@ -77,31 +77,41 @@ def reported_names(series: Series, prefix: str) -> Dict[str, List[str]]:
     return names
 
 
-def _get(series: Series, key: str) -> Optional[Tuple[np.ndarray,
-                                                     np.ndarray]]:
+def _get(series: Series, key: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     if key not in series:
         return None
     steps, values = series[key]
     return np.asarray(steps, float), np.asarray(values, float)
 
 
-def draw_name(ax, series: Series, prefix: str, name: str, x_label: str,
+def draw_name(ax,
+              series: Series,
+              prefix: str,
+              name: str,
+              x_label: str,
               log_y: Optional[bool] = None) -> None:
     """One panel: quantile bands if published, else mean+-std clipped to
     the values' range (and to [0, 1] when every value lies in it)."""
     from matplotlib.ticker import MaxNLocator
     key = f'{prefix}/{name}'
-    stats = {s: _get(series, f'{key}/{s}')
-             for s in reported_names(series, prefix).get(name, [])}
-    quantiles = sorted((float(QUANTILE.match(s).group(1)), s)
-                       for s in stats if QUANTILE.match(s))
+    stats = {
+        s: _get(series, f'{key}/{s}')
+        for s in reported_names(series, prefix).get(name, [])
+    }
+    quantiles = sorted((float(QUANTILE.match(s).group(1)), s) for s in stats
+                       if QUANTILE.match(s))
     lo = stats.get('min')
     hi = stats.get('max')
     if len(quantiles) >= 2:
         s_lo, s_hi = quantiles[0][1], quantiles[-1][1]
         steps, low = stats[s_lo]
-        ax.fill_between(steps, low, stats[s_hi][1], alpha=0.25, color='C0',
-                        label=f'{s_lo}-{s_hi}')
+        ax.fill_between(
+            steps,
+            low,
+            stats[s_hi][1],
+            alpha=0.25,
+            color='C0',
+            label=f'{s_lo}-{s_hi}')
         if 'p50' in stats:
             ax.plot(*stats['p50'], color='C0', label='p50')
     elif 'mean' in stats:
@@ -115,8 +125,13 @@ def draw_name(ax, series: Series, prefix: str, name: str, x_label: str,
             values = np.concatenate([mean] + [s[1] for s in (lo, hi) if s])
             if values.size and values.min() >= 0 and values.max() <= 1:
                 low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
-            ax.fill_between(steps, low, high, alpha=0.25, color='C0',
-                            label='mean ± std (clipped)')
+            ax.fill_between(
+                steps,
+                low,
+                high,
+                alpha=0.25,
+                color='C0',
+                label='mean ± std (clipped)')
     for stat, style in (('min', ':'), ('max', '--')):
         if stats.get(stat) is not None:
             ax.plot(*stats[stat], style, color='C1', lw=1, label=stat)
@@ -131,8 +146,11 @@ def draw_name(ax, series: Series, prefix: str, name: str, x_label: str,
     ax.set_xlabel(x_label)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.01, 1),
-              borderaxespad=0)
+    ax.legend(
+        fontsize='small',
+        loc='upper left',
+        bbox_to_anchor=(1.01, 1),
+        borderaxespad=0)
 
 
 def module_matrix(series: Series, prefix: str, modules_prefix: str,
@@ -140,11 +158,14 @@ def module_matrix(series: Series, prefix: str, modules_prefix: str,
     """``(module names, steps, matrix [modules x steps])`` of a module
     statistic (NaN where missing); ``act`` is the rms sqrt(mean^2+std^2)."""
     head = f'{prefix}/{modules_prefix}/'
-    names = sorted({k[len(head):].rsplit('/', 2)[0]
-                    for k in series if k.startswith(head)
-                    and k.endswith(f'/{stat}/mean')})
-    steps = sorted({s for n in names
-                    for s in series[f'{head}{n}/{stat}/mean'][0]})
+    names = sorted({
+        k[len(head):].rsplit('/', 2)[0]
+        for k in series if k.startswith(head) and k.endswith(f'/{stat}/mean')
+    })
+    steps = sorted(
+        {s
+         for n in names
+         for s in series[f'{head}{n}/{stat}/mean'][0]})
     matrix = np.full((len(names), len(steps)), np.nan)
     column = {s: i for i, s in enumerate(steps)}
     for row, name in enumerate(names):
@@ -158,7 +179,9 @@ def module_matrix(series: Series, prefix: str, modules_prefix: str,
     return names, np.asarray(steps, float), matrix
 
 
-def modules_figure(series: Series, prefix: str, modules_prefix: str,
+def modules_figure(series: Series,
+                   prefix: str,
+                   modules_prefix: str,
                    x_label: str = 'iteration'):
     """The heat maps of ModuleStatsHook's statistics (a matplotlib
     Figure); None without them."""
@@ -171,16 +194,22 @@ def modules_figure(series: Series, prefix: str, modules_prefix: str,
     if not panels:
         return None
     rows = max(len(p[2][0]) for p in panels)
-    fig, axes = plt.subplots(len(panels), 1, squeeze=False,
-                             figsize=(9, (1.2 + 0.3 * rows) * len(panels)))
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        squeeze=False,
+        figsize=(9, (1.2 + 0.3 * rows) * len(panels)))
     for ax, panel in zip(axes[:, 0], panels):
         stat, title, (names, steps, matrix) = panel
         positive = matrix[np.isfinite(matrix) & (matrix > 0)]
         norm = LogNorm(positive.min(), positive.max()) if positive.size \
             else None
-        mesh = ax.imshow(np.where(matrix > 0, matrix, np.nan), norm=norm,
-                         aspect='auto', interpolation='nearest',
-                         cmap='viridis')
+        mesh = ax.imshow(
+            np.where(matrix > 0, matrix, np.nan),
+            norm=norm,
+            aspect='auto',
+            interpolation='nearest',
+            cmap='viridis')
         ax.set_yticks(range(len(names)), names, fontsize='small')
         ticks = np.linspace(0, len(steps) - 1, min(len(steps), 8)).round()
         ax.set_xticks(ticks, [f'{steps[int(t)]:g}' for t in ticks])
@@ -191,19 +220,26 @@ def modules_figure(series: Series, prefix: str, modules_prefix: str,
     return fig
 
 
-def names_figure(series: Series, names: List[str], prefix: str,
-                 units: Tuple[bool, bool], log_loss: bool = False):
+def names_figure(series: Series,
+                 names: List[str],
+                 prefix: str,
+                 units: Tuple[bool, bool],
+                 log_loss: bool = False):
     """One panel per reported name (see :func:`draw_name`); a Figure."""
     import matplotlib.pyplot as plt
     val_by_epoch, stats_by_epoch = units
-    fig, axes = plt.subplots(len(names), 1, squeeze=False,
-                             figsize=(8, 2.6 * len(names)))
+    fig, axes = plt.subplots(
+        len(names), 1, squeeze=False, figsize=(8, 2.6 * len(names)))
     for ax, name in zip(axes[:, 0], names):
         is_val = name.startswith(('val/', 'test/'))
         by_epoch = val_by_epoch if is_val else stats_by_epoch
-        draw_name(ax, series, prefix, name, 'epoch' if by_epoch else
-                  'iteration', log_y=True if log_loss and 'loss' in name
-                  else None)
+        draw_name(
+            ax,
+            series,
+            prefix,
+            name,
+            'epoch' if by_epoch else 'iteration',
+            log_y=True if log_loss and 'loss' in name else None)
     fig.tight_layout()
     return fig
 
@@ -220,18 +256,27 @@ def main(argv=None) -> str:
     """Run the script; returns the path of ``stats.png``."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('work_dir', help='a work dir or a scalars.json')
-    parser.add_argument('--keys', nargs='+', help='reported names, e.g. '
-                        'loss model/feat_norm (default: all but modules)')
-    parser.add_argument('--prefix', default='stats',
-                        help="StatsCollectorHook's prefix")
-    parser.add_argument('--modules-prefix', default='modules',
-                        help="ModuleStatsHook's prefix")
-    parser.add_argument('--log-loss', action='store_true',
-                        help='log y axis for every loss panel')
-    parser.add_argument('--out', help='PNG of the names (default: '
-                        'stats.png beside scalars.json)')
-    parser.add_argument('--modules-out', help='PNG of the module heat maps '
-                        '(default: modules.png beside --out)')
+    parser.add_argument(
+        '--keys',
+        nargs='+',
+        help='reported names, e.g. '
+        'loss model/feat_norm (default: all but modules)')
+    parser.add_argument(
+        '--prefix', default='stats', help="StatsCollectorHook's prefix")
+    parser.add_argument(
+        '--modules-prefix', default='modules', help="ModuleStatsHook's prefix")
+    parser.add_argument(
+        '--log-loss',
+        action='store_true',
+        help='log y axis for every loss panel')
+    parser.add_argument(
+        '--out',
+        help='PNG of the names (default: '
+        'stats.png beside scalars.json)')
+    parser.add_argument(
+        '--modules-out',
+        help='PNG of the module heat maps '
+        '(default: modules.png beside --out)')
     args = parser.parse_args(argv)
 
     import matplotlib
@@ -239,8 +284,9 @@ def main(argv=None) -> str:
     path = find_scalars(args.work_dir)
     series = load_scalars(path)
     available = sorted(reported_names(series, args.prefix))
-    keys = args.keys or [n for n in available
-                         if not n.startswith(args.modules_prefix + '/')]
+    keys = args.keys or [
+        n for n in available if not n.startswith(args.modules_prefix + '/')
+    ]
     missing = [k for k in keys if k not in available]
     if missing or not keys:
         raise SystemExit(f'no statistics for {missing or "any name"} in '

@@ -46,9 +46,10 @@ class ConvBNNet(BaseModel):
         super().__init__()
         blocks, cin = [], 3
         for cout, stride in ((16, 1), (32, 2), (32, 2)):
-            blocks.append(nn.Sequential(
-                nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
-                nn.BatchNorm2d(cout), nn.ReLU()))
+            blocks.append(
+                nn.Sequential(
+                    nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+                    nn.BatchNorm2d(cout), nn.ReLU()))
             cin = cout
         self.features = nn.Sequential(*blocks)
         self.head = nn.Linear(cin, 10)
@@ -74,26 +75,33 @@ class Images(Dataset):
         return dict(inputs=self.x[idx], labels=self.y[idx])
 
 
-def train(iters: int, modules: Optional[str], batch_size: int,
+def train(iters: int,
+          modules: Optional[str],
+          batch_size: int,
           stats: Sequence[str] = MODULE_STATS) -> Dict[str, List[float]]:
     """Per-iteration times (s) of one run and the hook's instrument_ms."""
     hooks = [dict(type='mmstats.StatsCollectorHook')]
     if modules:
-        hooks.append(dict(type='mmstats.ModuleStatsHook', modules=modules,
-                          stats=tuple(stats)))
+        hooks.append(
+            dict(
+                type='mmstats.ModuleStatsHook',
+                modules=modules,
+                stats=tuple(stats)))
     runner = Runner(
         model=ConvBNNet(),
         work_dir=tempfile.mkdtemp(),
         experiment_name=f'bench_{time.time_ns()}',
         train_dataloader=dict(
-            dataset=Images(), batch_size=batch_size, num_workers=0,
+            dataset=Images(),
+            batch_size=batch_size,
+            num_workers=0,
             sampler=dict(type='InfiniteSampler', shuffle=True),
             collate_fn=dict(type='default_collate')),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
         train_cfg=dict(type='IterBasedTrainLoop', max_iters=iters),
-        default_hooks=dict(logger=dict(type='LoggerHook',
-                                       interval=INTERVAL),
-                           checkpoint=None),
+        default_hooks=dict(
+            logger=dict(type='LoggerHook', interval=INTERVAL),
+            checkpoint=None),
         custom_hooks=hooks,
         log_level='WARNING',
         default_scope=None)
@@ -103,8 +111,7 @@ def train(iters: int, modules: Optional[str], batch_size: int,
         'stats/modules/instrument_ms/mean') if modules else None
     for cls in ManagerMixin.__subclasses__():
         cls._instance_dict.clear()
-    return dict(times=times,
-                instrument_ms=list(cost.data[0]) if cost else [])
+    return dict(times=times, instrument_ms=list(cost.data[0]) if cost else [])
 
 
 def main() -> None:
@@ -112,24 +119,29 @@ def main() -> None:
     parser.add_argument('--iters', type=int, default=200)
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--batch-size', type=int, default=32)
-    parser.add_argument('--modules', default=r'features\.\d',
-                        help='ModuleStatsHook(modules=...)')
-    parser.add_argument('--stats', nargs='+', default=list(MODULE_STATS),
-                        choices=MODULE_STATS, help='ModuleStatsHook(stats=)')
+    parser.add_argument(
+        '--modules',
+        default=r'features\.\d',
+        help='ModuleStatsHook(modules=...)')
+    parser.add_argument(
+        '--stats',
+        nargs='+',
+        default=list(MODULE_STATS),
+        choices=MODULE_STATS,
+        help='ModuleStatsHook(stats=)')
     args = parser.parse_args()
     torch.set_num_threads(1)
     warmup = INTERVAL  # the first interval: allocations, first publication
     ratios, estimates, costs, reported, plain_ms = [], [], [], [], []
     for _ in range(args.repeats):  # interleaved: drifts hit both alike
         plain = train(args.iters, None, args.batch_size)['times'][warmup:]
-        hooked = train(args.iters, args.modules, args.batch_size,
-                       args.stats)
+        hooked = train(args.iters, args.modules, args.batch_size, args.stats)
         times = hooked['times'][warmup:]
         ratios.append(sum(times) / sum(plain))
-        instrumented = [t for i, t in enumerate(times, warmup + 1)
-                        if i % INTERVAL == 0]
-        others = [t for i, t in enumerate(times, warmup + 1)
-                  if i % INTERVAL]
+        instrumented = [
+            t for i, t in enumerate(times, warmup + 1) if i % INTERVAL == 0
+        ]
+        others = [t for i, t in enumerate(times, warmup + 1) if i % INTERVAL]
         extra = statistics.median(instrumented) - statistics.median(others)
         estimates.append(extra / (INTERVAL * statistics.median(plain)))
         costs.append(extra * 1e3)
