@@ -1,5 +1,4 @@
 """PreciseBNHook: interval logic (mocked Runner) and real Runners."""
-import copy
 import json
 import os.path as osp
 from unittest.mock import MagicMock, patch
@@ -78,8 +77,8 @@ def fire(hook, runner, loop='epoch', max_epochs=5, max_iters=50):
     (dict(interval=2, at_end=False), EpochBasedTrainLoop, [(1, 19),
                                                            (3, 39)]),
     (dict(interval=20), IterBasedTrainLoop, [(1, 19), (3, 39), (4, 49)]),
-    (dict(interval=25, at_end=False), IterBasedTrainLoop, [(2, 24),
-                                                            (4, 49)]),
+    (dict(interval=25, at_end=False), IterBasedTrainLoop,
+     [(2, 24), (4, 49)]),
     (dict(interval=3, by_epoch=True), IterBasedTrainLoop, [(2, 29),
                                                            (4, 49)]),
     (dict(interval=20, by_epoch=False), EpochBasedTrainLoop,
@@ -441,7 +440,8 @@ def test_two_ranks_end_with_identical_precise_stats(tmp_path):
         np.testing.assert_array_equal(value, results[1]['buffers'][key],
                                       err_msg=key)
     cfg = precise_cfg(tmp_path)
-    buffers = {k: torch.from_numpy(v) for k, v in results[0]['buffers'].items()}
+    buffers = {k: torch.from_numpy(v)
+               for k, v in results[0]['buffers'].items()}
     assert_precise(buffers['backbone.stem.bn.running_mean'],
                    buffers['backbone.stem.bn.running_var'], train_inputs(cfg),
                    torch.from_numpy(results[0]['weight']))

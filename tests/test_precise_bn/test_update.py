@@ -1,127 +1,22 @@
-"""update_bn_stats against float64 references over the union of all data."""
+"""update_bn_stats on one process against float64 references: closed
+forms, split invariance, safety, data handling, RNG and reporting."""
 import copy
-import sys
-from contextlib import nullcontext
 import logging
 import math
 import random
+import sys
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.utils.data import (BatchSampler, DataLoader, IterableDataset,
                               SequentialSampler, TensorDataset)
 
-from mmstats.precise_bn import (ESTIMATORS, preserve_rng_state,
-                                update_bn_stats)
-from tests.helpers.dist import run_distributed
-
-BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
-
-
-# -- references -----
-def bn_inputs(model, batches, call=None):
-    """Inputs of every train-mode BN layer of a copy of ``model`` (float64),
-    one entry per call, from the same forwards update_bn_stats runs."""
-    ref = copy.deepcopy(model)
-    captured, handles = {}, []
-    for name, mod in ref.named_modules():
-        if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.training:
-            captured[name] = []
-            handles.append(mod.register_forward_pre_hook(
-                lambda m, args, name=name: captured[name].append(
-                    args[0].detach().double())))
-    with torch.no_grad():
-        for batch in batches:
-            (call or (lambda m, b: m(b)))(ref, batch)
-    for h in handles:
-        h.remove()
-    return captured
-
-
-def ref_stats(xs, estimator):
-    """(mean, var) per channel, float64 numpy, of a list of BN inputs."""
-    flats = [x.transpose(0, 1).reshape(x.shape[1], -1).numpy() for x in xs]
-    if estimator == 'population':
-        values = np.concatenate(flats, axis=1)
-        return values.mean(1), values.var(1)
-    return (np.mean([f.mean(1) for f in flats], axis=0),
-            np.mean([f.var(1, ddof=1) for f in flats], axis=0))
-
-
-def assert_stats(model, captured, estimator, rtol=1e-5, atol=1e-7):
-    modules = dict(model.named_modules())
-    for name, xs in captured.items():
-        mean, var = ref_stats(xs, estimator)
-        bn = modules[name]
-        np.testing.assert_allclose(bn.running_mean.double().numpy(), mean,
-                                   rtol=rtol, atol=atol, err_msg=name)
-        np.testing.assert_allclose(bn.running_var.double().numpy(), var,
-                                   rtol=rtol, atol=atol, err_msg=name)
-
-
-def snapshot(model):
-    out = {}
-    for name, mod in model.named_modules():
-        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
-            out[name] = dict(
-                objs={k: mod._buffers[k] for k in mod._buffers},
-                vals={k: v.clone() for k, v in mod._buffers.items()
-                      if v is not None},
-                momentum=mod.momentum, training=mod.training,
-                forward=mod.__dict__.get('forward', 'absent'),
-                pre_hooks=len(mod._forward_pre_hooks),
-                hooks=len(mod._forward_hooks))
-    out['_training'] = [m.training for m in model.modules()]
-    return out
-
-
-def assert_restored(model, snap, values=True):
-    assert [m.training for m in model.modules()] == snap['_training']
-    for name, mod in model.named_modules():
-        if name not in snap:
-            continue
-        s = snap[name]
-        for key, obj in s['objs'].items():
-            assert mod._buffers[key] is obj, (name, key)
-            if values and obj is not None:
-                assert torch.equal(obj, s['vals'][key]), (name, key)
-        assert mod.momentum == s['momentum'], name
-        assert mod.training == s['training']
-        assert mod.__dict__.get('forward', 'absent') is s['forward'], name
-        assert len(mod._forward_pre_hooks) == s['pre_hooks'], name
-        assert len(mod._forward_hooks) == s['hooks'], name
-
-
-# -- models and data -----
-def make_model(kind):
-    torch.manual_seed(0)
-    if kind == 'bn1d_2d':
-        return nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU(),
-                             nn.Linear(5, 4), nn.BatchNorm1d(4))
-    if kind == 'bn1d_3d':
-        return nn.Sequential(nn.Conv1d(3, 4, 3), nn.BatchNorm1d(4),
-                             nn.ReLU(), nn.Conv1d(4, 4, 1), nn.BatchNorm1d(4))
-    if kind == 'bn2d':
-        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4),
-                             nn.ReLU(), nn.Conv2d(4, 5, 1),
-                             nn.BatchNorm2d(5, momentum=None))
-    if kind == 'bn3d':
-        return nn.Sequential(nn.Conv3d(2, 3, 2), nn.BatchNorm3d(3),
-                             nn.ReLU(), nn.Conv3d(3, 3, 1), nn.BatchNorm3d(3))
-    raise KeyError(kind)
-
-
-INPUT_SHAPES = dict(bn1d_2d=(6, ), bn1d_3d=(3, 9), bn2d=(3, 7, 6),
-                    bn3d=(2, 4, 5, 3))
-
-
-def make_batches(shape, sizes, seed=0, shift=0.0):
-    gen = torch.Generator().manual_seed(seed)
-    return [torch.randn((n, ) + tuple(shape), generator=gen) * 1.5 + 0.7 +
-            shift for n in sizes]
+from mmstats.precise_bn import ESTIMATORS, preserve_rng_state, update_bn_stats
+from .refs import (INPUT_SHAPES, Bomb, assert_restored, assert_stats,
+                   bn_inputs, make_batches, make_model, snapshot)
 
 
 # -- closed form -----
@@ -188,133 +83,11 @@ def test_numerics_large_mean_small_std():
                                rtol=1e-7, atol=0)
 
 
-# -- distributed -----
-class _DistNet(nn.Module):
-
-    def __init__(self, sync=True):
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv = nn.Conv2d(3, 4, 3)
-        self.bn = nn.BatchNorm2d(4)
-        self.conv2 = nn.Conv2d(4, 4, 1)
-        # SyncBN computes local statistics inside update_bn_stats (no
-        # collective in forwards), so it runs on CPU with several ranks
-        self.sync_bn = nn.SyncBatchNorm(4) if sync else nn.BatchNorm2d(4)
-        self.fc = nn.Linear(4, 3)
-        self.bn1d = nn.BatchNorm1d(3)
-
-    def forward(self, x):
-        x = self.sync_bn(self.conv2(torch.relu(self.bn(self.conv(x)))))
-        return self.bn1d(self.fc(x.mean((2, 3))))
-
-
-DIST_SIZES = [12, 7, 21]  # 40 samples per rank
-
-
-def _rank_batches(rank):
-    return make_batches((3, 6, 6), DIST_SIZES, seed=100 + rank,
-                        shift=0.5 * rank)
-
-
-def _stats(model):
-    # numpy: tensors sent through the result queue would share memory with
-    # a process that is exiting
-    return {k: v.numpy().copy() for k, v in model.state_dict().items()
-            if 'running' in k or 'num_batches' in k}
-
-
-def _worker_update(rank, world_size):
-    out = {}
-    for estimator in ESTIMATORS:
-        # DDP refuses SyncBN on CPU: wrap the plain-BN variant only
-        sync = estimator == 'population'
-        model = _DistNet(sync)
-        wrapped = model if sync else nn.parallel.DistributedDataParallel(
-            model)
-        calls = []
-        real = dist.all_reduce
-
-        def counting(*args, **kwargs):
-            calls.append(1)
-            return real(*args, **kwargs)
-
-        dist.all_reduce = counting
-        try:
-            summary = update_bn_stats(wrapped, _rank_batches(rank),
-                                      num_samples=40 * world_size,
-                                      estimator=estimator, progress=False)
-        finally:
-            dist.all_reduce = real
-        out[estimator] = (_stats(model), summary, len(calls))
-    return out
-
-
-@pytest.mark.parametrize('world_size', [2, 4])
-def test_distributed_equals_union(world_size):
-    results = run_distributed(_worker_update, world_size)
-    union = [b for r in range(world_size) for b in _rank_batches(r)]
-    for estimator in ESTIMATORS:
-        single = _DistNet(estimator == 'population')
-        captured = bn_inputs(single, union)
-        summary = update_bn_stats(single, union, 40 * world_size,
-                                  estimator, progress=False)
-        assert summary['num_batches'] == 3 * world_size
-        assert_stats(single, captured, estimator)
-        expected = _stats(single)
-        for rank, res in enumerate(results):
-            stats, dsummary, num_collectives = res[estimator]
-            assert num_collectives == 1
-            assert dsummary['num_samples'] == 40 * world_size
-            assert dsummary['num_batches'] == 3 * world_size
-            assert dsummary['num_layers'] == 3
-            for key, val in stats.items():
-                np.testing.assert_allclose(val, expected[key], rtol=1e-6,
-                                           atol=1e-7, err_msg=key)
-                # bitwise identical on every rank
-                assert np.array_equal(val, results[0][estimator][0][key])
-
-
-class _Bomb(nn.Module):
-    """Raises on its ``at``-th call."""
-
-    def __init__(self, at):
-        super().__init__()
-        self.at, self.calls = at, 0
-
-    def forward(self, x):
-        self.calls += 1
-        if self.calls == self.at:
-            raise RuntimeError(f'bomb went off at call {self.at}')
-        return x
-
-
-def _worker_fail(rank, world_size):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3),
-                          _Bomb(2 if rank == 1 else -1), nn.BatchNorm1d(3))
-    snap = snapshot(model)
-    gen = torch.Generator().manual_seed(rank)
-    batches = [torch.randn(8, 4, generator=gen) for _ in range(4)]
-    try:
-        update_bn_stats(model, batches, 64, progress=False)
-    except Exception as exc:  # noqa: BLE001
-        assert_restored(model, snap)
-        return type(exc).__name__, str(exc)
-    return None
-
-
-def test_failure_on_one_rank_raises_everywhere():
-    results = run_distributed(_worker_fail, 2, timeout=60)
-    assert results[0][0] == 'RuntimeError'
-    assert 'another rank' in results[0][1]
-    assert results[1] == ('RuntimeError', 'bomb went off at call 2')
-
-
 # -- safety -----
 def test_failure_restores_everything():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3, momentum=None),
-                          _Bomb(3), nn.BatchNorm1d(3), nn.GroupNorm(1, 3))
+                          Bomb(3), nn.BatchNorm1d(3), nn.GroupNorm(1, 3))
     model[1].running_mean.fill_(0.25)
     calls = []
 

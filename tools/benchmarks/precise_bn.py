@@ -3,20 +3,26 @@
 Prints, measured side by side in this one run (CPU,
 ``torch.set_num_threads(2)``):
 
-1. the overhead ratio ``time(update_bn_stats over K batches) / time(the
+1. for K = 24 and K = 128 batches (``--batches``), the overhead ratio
+   ``time(update_bn_stats over K batches) / time(the
    same K forwards alone)`` (same model, ``no_grad``, train mode) for
    mmstats, fvcore's ``update_bn_stats`` and mmpretrain's ``update_bn_stats``
    (if installed), on (a) a 24 x [Linear(256, 256), BatchNorm1d, ReLU] MLP,
    batch 64 and (b) a small conv net (4 x [Conv2d, BatchNorm2d, ReLU] on
    3x32x32), batch 32. Every repeat times the forwards alone right before
    each method (interleaved), the ratio is the median over repeats;
-2. the time of ``scaled_all_reduce`` on ResNet-50's 106 BN buffers (53 BN
+2. PreciseBNHook's cost per run with its own loader over a dataset with
+   per-sample work, ``num_workers`` 0 and 2 (persistent workers), first run
+   (worker start-up) and the median of the later runs;
+3. the time of ``scaled_all_reduce`` on ResNet-50's 106 BN buffers (53 BN
    layers x running_mean, running_var) over 2 gloo processes, against one
    ``all_reduce`` of a ready flat buffer of the same size, the same flat
    all_reduce with a hand-written ``cat`` + copy-back around it (the least
    work any flatten scheme does), and a per-tensor ``all_reduce`` loop.
 
-Usage: ``python tools/benchmarks/precise_bn.py [--batches K] [--repeats R]``
+Usage::
+
+    python tools/benchmarks/precise_bn.py [--batches K [K ...]] [--repeats R]
 """
 import argparse
 import os
@@ -30,6 +36,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from mmstats.dist import scaled_all_reduce
+from mmstats.hooks import PreciseBNHook
 from mmstats.precise_bn import update_bn_stats
 
 
@@ -112,6 +119,62 @@ def bench_overhead(name, model, data, repeats):
                   f'{min(r):>7.3f} {max(r):>7.3f}')
         else:
             print(f'  {key:<12} {val:>15}')
+
+
+# -- PreciseBNHook per run, with its own loader ------------------------------
+class SlowDataset(torch.utils.data.Dataset):
+    """3x32x32 images with some per-sample work (a decoding stand-in)."""
+
+    def __init__(self, size: int = 2048, work: int = 100) -> None:
+        self.size, self.work = size, work
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, idx: int) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(idx)
+        img = torch.rand(3, 32, 32, generator=gen)
+        for _ in range(self.work):
+            img = (img * 1.0001).clamp_(0, 1)
+        return img
+
+
+def bench_hook(runs: int = 6, num_samples: int = 512) -> None:
+    """Seconds per run; 'restarting' rebuilds the loader without persistent
+    workers (what every run paid before the hook kept its workers)."""
+    import logging
+    from unittest.mock import MagicMock
+
+    from mmengine.logging import MMLogger
+    from mmengine.runner import EpochBasedTrainLoop
+    MMLogger.get_current_instance().setLevel(logging.WARNING)
+    print(f'\n[PreciseBNHook] convnet, {num_samples} samples per run, '
+          'batch 32, dataset with per-sample work; seconds per run')
+    print(f'  {"num_workers":<22} {"first run":>10} {"later (median)":>15}')
+    for workers, persistent in ((0, False), (2, True), (2, False)):
+        runner = MagicMock()
+        runner.model = convnet().train()
+        runner.seed, runner.hooks = 0, []
+        runner.train_loop = MagicMock(spec=EpochBasedTrainLoop)
+        runner.train_dataloader = torch.utils.data.DataLoader(
+            SlowDataset(), batch_size=32, num_workers=workers)
+        hook = PreciseBNHook(num_samples=num_samples, progress=False)
+        hook.before_train(runner)
+        if workers and not persistent:
+            loader = hook._loader
+            hook._loader = torch.utils.data.DataLoader(
+                loader.dataset, batch_size=32, sampler=loader.sampler,
+                num_workers=workers, persistent_workers=False)
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            hook._run(runner)
+            times.append(time.perf_counter() - start)
+        label = f'{workers}' + (' (persistent)' if persistent else
+                                ' (restarting)' if workers else '')
+        print(f'  {label:<22} {times[0]:>10.3f} '
+              f'{statistics.median(times[1:]):>15.3f}')
+        del hook  # persistent workers end with their loader
 
 
 # -- scaled_all_reduce over 2 gloo processes -------------------------------
@@ -200,26 +263,32 @@ def bench_all_reduce(repeats):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--batches', type=int, default=50)
+    parser.add_argument('--batches', type=int, nargs='+',
+                        default=[24, 128])
     parser.add_argument('--repeats', type=int, default=15)
-    parser.add_argument('--only', choices=['overhead', 'all_reduce'])
+    parser.add_argument('--only',
+                        choices=['overhead', 'hook', 'all_reduce'])
     args = parser.parse_args()
     torch.set_num_threads(2)
     print(f'torch {torch.__version__}, threads: {torch.get_num_threads()}')
     torch.manual_seed(0)
-    if args.only != 'all_reduce':
+    if args.only in (None, 'overhead'):
         bench_overheads(args)
-    if args.only != 'overhead':
+    if args.only in (None, 'hook'):
+        bench_hook()
+    if args.only in (None, 'all_reduce'):
         bench_all_reduce(max(args.repeats, 50) * 4)
 
 
 def bench_overheads(args):
-    bench_overhead('24 x [Linear(256), BN1d, ReLU] MLP', mlp(),
-                   [torch.randn(64, 256) for _ in range(args.batches)],
-                   args.repeats)
-    bench_overhead('4 x [Conv2d, BN2d, ReLU] on 3x32x32', convnet(),
-                   [torch.randn(32, 3, 32, 32) for _ in range(args.batches)],
-                   args.repeats)
+    for num_batches in args.batches:
+        bench_overhead('24 x [Linear(256), BN1d, ReLU] MLP', mlp(),
+                       [torch.randn(64, 256) for _ in range(num_batches)],
+                       args.repeats)
+    for num_batches in args.batches:
+        bench_overhead('4 x [Conv2d, BN2d, ReLU] on 3x32x32', convnet(),
+                       [torch.randn(32, 3, 32, 32)
+                        for _ in range(num_batches)], args.repeats)
 
 
 if __name__ == '__main__':
