@@ -137,6 +137,33 @@ def test_own_loader_follows_the_training_loader(drop_last, num_workers):
     assert len(loader) == (2 if drop_last else 3)
 
 
+def test_a_last_batch_of_one_sample_does_not_crash_the_run():
+    """9 samples in batches of 4: the last batch (1 sample) would make
+    BatchNorm1d raise; the run skips it and uses the 8 others."""
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.manual_seed(0)
+    runner = mock_runner(EpochBasedTrainLoop)
+    runner.model = torch.nn.Sequential(torch.nn.Linear(3, 2),
+                                       torch.nn.BatchNorm1d(2))
+    runner.seed = 0
+    runner.train_dataloader = DataLoader(
+        TensorDataset(torch.randn(9, 3) * 2 + 1), batch_size=4)
+    hook = PreciseBNHook(num_samples=9, progress=False)
+    hook.before_train(runner)
+    hook._loader.sampler.set_epoch(0)  # the order the run will see
+    used = torch.cat([b[0] for b in hook._loader if len(b[0]) > 1])
+    hook._run(runner)
+    assert len(used) == 8
+    with torch.no_grad():
+        h = runner.model[0](used).double()
+    bn = runner.model[1]
+    torch.testing.assert_close(bn.running_mean.double(), h.mean(0),
+                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(bn.running_var.double(),
+                               h.var(0, unbiased=False), rtol=1e-5,
+                               atol=1e-6)
+
+
 def test_incomplete_dataloader_config_fails_before_training():
     with pytest.raises(ValueError, match=r"dataloader lacks \['dataset', "
                        r"'sampler'\].*dataloader=None"):
