@@ -175,7 +175,7 @@ def _sizes_worker(rank, world):
         dist.all_reduce = orig
 
 
-@pytest.mark.parametrize('world', [2, 8])
+@pytest.mark.parametrize('world', [8])
 def test_collective_size_does_not_grow_with_ranks(world):
     results = run_distributed(_sizes_worker, world, timeout=TIMEOUT)
     for step in range(3):
