@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from mmstats.stats.moments import (MAX, MEAN, MIN, M2, N, NONFINITE,
+from mmstats.stats.moments import (M2, MAX, MEAN, MIN, NONFINITE, N,
                                    reduce_groups)
 from mmstats.stats.protocol import NameTable, RankFailure
 
