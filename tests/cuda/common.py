@@ -29,11 +29,12 @@ def sync_debug_error() -> Iterator[None]:
 
 
 def numpy_stats(values: np.ndarray) -> Dict[str, float]:
-    """The statistics a Collector publishes, in float64 numpy."""
+    """The statistics a Collector publishes, in float64 numpy (``num`` and
+    the moments count finite values; ``nonfinite`` the others)."""
     values = np.asarray(values, dtype=np.float64).ravel()
     finite = values[np.isfinite(values)]
     return dict(
-        num=float(values.size),
+        num=float(finite.size),
         mean=float(finite.mean()),
         std=float(finite.std()),
         min=float(finite.min()),

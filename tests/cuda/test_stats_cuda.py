@@ -104,15 +104,17 @@ def _two_ranks(rank, world_size):
     reset()
     collector = Collector(regex='r/.*')
     values = _values(seed=10 + rank)
+    only0 = torch.tensor(5.0 + rank, device='cuda')  # a copy: outside
+    ones = torch.ones(2, device='cuda')
     with sync_debug_error():
         for name, value in values.items():
             report('r/' + name, value)
         report('r/cpu', torch.full((3, ), float(rank)))
         report('r/mixed', value.float())  # the last case, on CUDA
         report('r/mixed', torch.arange(4.0) + rank)  # CPU
-        report0('r/only0', torch.tensor(5.0 + rank, device='cuda'))
+        report0('r/only0', only0)
         if rank == 1:  # a name only one rank reports
-            report('r/rank1', torch.ones(2, device='cuda'))
+            report('r/rank1', ones)
     collector.update()
     return collector.as_dict()
 

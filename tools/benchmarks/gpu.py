@@ -263,6 +263,11 @@ def main() -> None:
     parser.add_argument(
         '--quick', action='store_true', help='fewer repeats (a smoke run)')
     parser.add_argument('--only', choices=('bn', 'report', 'hook'))
+    parser.add_argument(
+        '--hook-repeats',
+        type=int,
+        default=5,
+        help='interleaved Runner runs per configuration')
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit('tools/benchmarks/gpu.py needs a CUDA device (none is '
@@ -281,7 +286,9 @@ def main() -> None:
         bench_report(200 if quick else 1000, 3 if quick else 7)
     if args.only in (None, 'hook'):
         hook_overhead(
-            resnet50, iters=20 if quick else 60, repeats=1 if quick else 3)
+            resnet50,
+            iters=20 if quick else 110,
+            repeats=1 if quick else args.hook_repeats)
 
 
 if __name__ == '__main__':

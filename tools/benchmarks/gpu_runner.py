@@ -110,7 +110,7 @@ def _run(work_dir: str, iters: int, hooks: List[dict], tag: str) -> float:
             checkpoint=dict(type='CheckpointHook', interval=10**6)),
         log_processor=dict(by_epoch=False),
         custom_hooks=hooks + [dict(type='SpanTimerHook')],
-        env_cfg=dict(cudnn_benchmark=True),
+        env_cfg=dict(cudnn_benchmark=False),
         log_level='ERROR',
         default_scope=None)
     runner.train()
@@ -139,6 +139,9 @@ def hook_overhead(build_backbone: Callable, iters: int, repeats: int) -> None:
     """Print seconds per iteration and overhead of each configuration
     (interleaved runs, median over ``repeats``)."""
     GpuBenchResNet.build_backbone = staticmethod(build_backbone)
+    # cudnn's autotuner may pick other algorithms in each Runner (seen:
+    # +-10% between runs); its heuristics pick the same ones every time
+    torch.backends.cudnn.benchmark = False
     configs = _configs()
     print(f'\n== Runner, ResNet-50 AMP batch {BATCH}: seconds per '
           f'iteration over iterations {WARMUP + 1}-{iters} (median of '
