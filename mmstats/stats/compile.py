@@ -3,10 +3,10 @@
 
 While dynamo traces, :func:`~mmstats.stats.report` calls
 :func:`report_traced` instead of touching the store: a tensor value becomes
-``mmstats::report(Tensor value, str name, bool rank0) -> ()``. The op is
-registered as effectful (``EffectType.ORDERED``, like
-``aten::_print``), so AOTAutograd threads an effect token through them and
-no pass removes or reorders them; its eager kernel calls ``report()`` at
+``mmstats::report(Tensor value, str name, bool rank0) -> ()``. The op (a
+``torch.library`` definition with a Python kernel) is marked as having a
+side effect (``torch.fx.node.has_side_effect``), so dead-code elimination
+keeps it although it returns nothing; its kernel calls ``report()`` at
 run time. Dynamo therefore guards on nothing of the store, the collectors,
 the phase or the suspension: they are read when the op runs, not when the
 graph is traced. Other values (Python numbers, sequences, arrays)
@@ -17,24 +17,29 @@ learning rate) would recompile; a graph break passes it without a guard. See ``d
 from typing import Any
 
 import torch
-from torch._library.effects import EffectType
+from torch.fx.node import has_side_effect
 
 from . import reporting
 
 __all__ = ['report_traced']
 
 
-@torch.library.custom_op('mmstats::report', mutates_args=())
-def _report_tensor(value: torch.Tensor, name: str, rank0: bool) -> None:
+_LIB = torch.library.Library('mmstats', 'DEF')
+_LIB.define('report(Tensor value, str name, bool rank0) -> ()')
+
+
+def _report_kernel(value: torch.Tensor, name: str, rank0: bool) -> None:
     (reporting.report0 if rank0 else reporting.report)(name, value)
 
 
-@_report_tensor.register_fake
-def _report_tensor_fake(value: torch.Tensor, name: str, rank0: bool) -> None:
+def _report_fake(value: torch.Tensor, name: str, rank0: bool) -> None:
     return None
 
 
-_report_tensor.register_effect(EffectType.ORDERED)
+_LIB.impl('report', _report_kernel, 'CompositeExplicitAutograd')
+torch.library.register_fake('mmstats::report', _report_fake, lib=_LIB)
+# No output: without this mark, dead-code elimination drops the call.
+has_side_effect(torch.ops.mmstats.report.default)
 
 
 @torch.compiler.disable

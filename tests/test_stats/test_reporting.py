@@ -11,8 +11,10 @@ from mmstats.stats import Collector, report, report0, reporting
 
 @pytest.fixture(autouse=True)
 def clean_state():
+    reporting.LIVE_COLLECTORS.clear()  # collectors of earlier tests
     reporting.reset()
     yield
+    reporting.LIVE_COLLECTORS.clear()
     reporting.reset()
 
 

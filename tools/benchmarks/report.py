@@ -18,7 +18,7 @@ Prints, measured in this one run (CPU, ``torch.set_num_threads(1)``):
    The hook's overhead is (c) / (b) - 1.
 
 Usage: ``python tools/benchmarks/report.py [--calls N] [--repeats R]
-[--only report|update|hook]``
+[--only report|compile|update|hook]``
 """
 import argparse
 import os
@@ -32,6 +32,42 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from mmstats.stats import Collector, report
+
+
+# --------------------------------------------------------------------------
+# Reference: StyleGAN3's training_stats.report (NVIDIA, NVlabs/stylegan3,
+# torch_utils/training_stats.py, Nvidia Source Code License), copied as
+# published apart from module globals renamed, to time it in the same run.
+# --------------------------------------------------------------------------
+_SG3_COUNTERS = dict()
+_SG3_DTYPE = torch.float64
+_SG3_NUM_MOMENTS = 3
+_SG3_COUNTER_DTYPE = torch.float64
+_SG3_SYNC_DEVICE = None
+
+
+def stylegan3_report(name, value):
+    if name not in _SG3_COUNTERS:
+        _SG3_COUNTERS[name] = dict()
+
+    elems = torch.as_tensor(value)
+    if elems.numel() == 0:
+        return value
+
+    elems = elems.detach().flatten().to(_SG3_DTYPE)
+    moments = torch.stack([
+        torch.ones_like(elems).sum(),
+        elems.sum(),
+        elems.square().sum(),
+    ])
+    assert moments.ndim == 1 and moments.shape[0] == _SG3_NUM_MOMENTS
+    moments = moments.to(_SG3_COUNTER_DTYPE)
+
+    device = moments.device
+    if device not in _SG3_COUNTERS[name]:
+        _SG3_COUNTERS[name][device] = torch.zeros_like(moments)
+    _SG3_COUNTERS[name][device].add_(moments)
+    return value
 
 
 def per_call_us(fn, value, calls, repeats, between=None):
@@ -59,6 +95,12 @@ def bench_report(calls, repeats):
         ('report(0-d tensor)', lambda v: report('loss', v), zero_d),
         ('report(float)', lambda v: report('lr', v), 1.5),
         ('report(1024-elem tensor)', lambda v: report('act', v), vec),
+    ]
+    rows += [
+        ('StyleGAN3 training_stats.report(0-d tensor) [reference]',
+         lambda v: stylegan3_report('loss', v), zero_d),
+        ('StyleGAN3 training_stats.report(float) [reference]',
+         lambda v: stylegan3_report('lr', v), 1.5),
     ]
     metric = MeanMetric(nan_strategy='disable')
     rows += [
@@ -235,15 +277,74 @@ def bench_hook(iters=300, repeats=5):
           f'{100 * statistics.median(own):7.2f}%')
 
 
+# --------------------------------------------------------------------------
+# torch.compile: a compiled forward with and without report() calls
+# --------------------------------------------------------------------------
+class _Mlp(torch.nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, 64)
+        self.fc2 = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x).relu())
+
+
+class _ReportingMlp(_Mlp):
+
+    def forward(self, x):
+        h = self.fc1(x).relu()
+        report('h_mean', h.mean())
+        report('h', h)
+        report('x_norm', x.norm())
+        return self.fc2(h)
+
+
+def bench_compile(calls, repeats):
+    torch.set_num_threads(1)
+    torch._dynamo.config.error_on_recompile = True
+    collector = Collector()
+    x = torch.randn(32, 64)
+    models = {
+        'compiled forward, no report()': torch.compile(_Mlp()),
+        'compiled forward, 3 report() calls': torch.compile(_ReportingMlp()),
+        'eager forward, 3 report() calls': _ReportingMlp(),
+    }
+    for model in models.values():  # warm-up (compilation)
+        with torch.no_grad():
+            model(x)
+            model(x)
+    times = {label: [] for label in models}
+    with torch.no_grad():
+        for _ in range(repeats):  # interleaved repeats
+            for label, model in models.items():
+                start = time.perf_counter()
+                for _ in range(calls):
+                    model(x)
+                times[label].append(
+                    (time.perf_counter() - start) / calls * 1e6)
+                collector.update()
+    base = statistics.median(times['compiled forward, no report()'])
+    print(f'## torch.compile (inductor, CPU, 1 thread, {calls} calls x '
+          f'{repeats} interleaved repeats, median; no recompilation)')
+    for label, values in times.items():
+        us = statistics.median(values)
+        print(f'{label:62s} {us:8.2f} us  {us / base:5.2f}x')
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--calls', type=int, default=5000)
     parser.add_argument('--repeats', type=int, default=15)
-    parser.add_argument('--only', choices=['report', 'update', 'hook'])
+    parser.add_argument(
+        '--only', choices=['report', 'compile', 'update', 'hook'])
     args = parser.parse_args()
     print(f'torch {torch.__version__}, CPU, 1 thread')
     if args.only in (None, 'report'):
         bench_report(args.calls, args.repeats)
+    if args.only in (None, 'compile'):
+        bench_compile(200, max(args.repeats, 5))
     if args.only in (None, 'update'):
         bench_update()
     if args.only in (None, 'hook'):
