@@ -1,7 +1,7 @@
 """Benchmark of mmstats.precise_bn and mmstats.dist.scaled_all_reduce.
 
-Prints, measured side by side in this one run (CPU,
-``torch.set_num_threads(2)``):
+Prints, measured side by side in this one run (CPU, ``--threads`` torch
+threads, 1 by default: stable ratios on a shared machine):
 
 1. for K = 24 and K = 128 batches (``--batches``), the overhead ratio
    ``time(update_bn_stats over K batches) / time(the
@@ -266,10 +266,11 @@ def main():
     parser.add_argument('--batches', type=int, nargs='+',
                         default=[24, 128])
     parser.add_argument('--repeats', type=int, default=15)
+    parser.add_argument('--threads', type=int, default=1)
     parser.add_argument('--only',
                         choices=['overhead', 'hook', 'all_reduce'])
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, threads: {torch.get_num_threads()}')
     torch.manual_seed(0)
     if args.only in (None, 'overhead'):
