@@ -12,7 +12,8 @@ the phase or the suspension: they are read when the op runs, not when the
 graph is traced. Other values (Python numbers, sequences, arrays)
 graph-break into an eager ``report()`` (``torch.compiler.disable``): dynamo
 specialises a Python float it computes with, so a changing float (a
-learning rate) would recompile; a graph break passes it without a guard. See ``docs/reporting.md``.
+learning rate) would recompile; a graph break passes it without a guard.
+See ``docs/reporting.md``.
 """
 from typing import Any
 

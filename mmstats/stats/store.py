@@ -8,8 +8,8 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import torch
 
-from .moments import (compact_rows, compact_tensors, merge_rows,
-                      reduce_groups, reduce_values)
+from .moments import (compact_rows, compact_tensors, merge_rows, reduce_groups,
+                      reduce_values)
 from .values import check_tensor
 
 __all__ = ['PendingStore', 'RootStore']

@@ -33,7 +33,6 @@ import torch.multiprocessing as mp
 
 from mmstats.stats import Collector, report
 
-
 # --------------------------------------------------------------------------
 # Reference: StyleGAN3's training_stats.report (NVIDIA, NVlabs/stylegan3,
 # torch_utils/training_stats.py, Nvidia Source Code License), copied as
