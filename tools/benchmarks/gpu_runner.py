@@ -139,8 +139,7 @@ def hook_overhead(build_backbone: Callable, iters: int, repeats: int) -> None:
     """Print seconds per iteration and overhead of each configuration
     (interleaved runs, median over ``repeats``)."""
     GpuBenchResNet.build_backbone = staticmethod(build_backbone)
-    # cudnn's autotuner may pick other algorithms in each Runner (seen:
-    # +-10% between runs); its heuristics pick the same ones every time
+    # no autotuner: every Runner gets the same convolution algorithms
     torch.backends.cudnn.benchmark = False
     configs = _configs()
     print(f'\n== Runner, ResNet-50 AMP batch {BATCH}: seconds per '
@@ -151,9 +150,20 @@ def hook_overhead(build_backbone: Callable, iters: int, repeats: int) -> None:
         for _ in range(repeats):
             for name, hooks in configs.items():
                 times[name].append(_run(work_dir, iters, hooks, 'bench'))
-    base = statistics.median(times['no mmstats hook'])
+    print_overheads(times)
+
+
+def print_overheads(times: Dict[str, List[float]]) -> None:
+    """Median seconds per iteration of each configuration, its overhead
+    over the median without hooks, and the median of the paired ratios
+    (run ``i`` of a configuration over run ``i`` without hooks: slow drift
+    of the GPU's speed between rounds cancels)."""
+    base_runs = times['no mmstats hook']
+    base = statistics.median(base_runs)
     for name, values in times.items():
         med = statistics.median(values)
+        paired = statistics.median(v / b for v, b in zip(values, base_runs))
+        runs = ', '.join(f'{v * 1e3:.2f}' for v in values)
         print(f'{name:>34}: {med * 1e3:8.2f} ms/iter  overhead '
-              f'{(med / base - 1) * 100:+6.2f}%  (runs: ' +
-              ', '.join(f'{v * 1e3:.2f}' for v in values) + ')')
+              f'{(med / base - 1) * 100:+6.2f}%  paired '
+              f'{(paired - 1) * 100:+6.2f}%  (runs: {runs})')
