@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, Optional
 import torch
 from mmengine.dist import get_rank
 
+from .sketch import SKETCHES
 from .store import (LARGE_NUMEL, MAX_PENDING_NUMBERS, MAX_PENDING_ROWS,
                     MAX_PENDING_TENSORS, PendingStore, RootStore)
 from .values import add_value, name_error
@@ -51,6 +52,8 @@ def _after_fork_in_child() -> None:
     pending: its parent's values must not be counted twice."""
     global _LOCAL
     STORE.forget_threads()
+    SKETCHES.lock = threading.Lock()
+    SKETCHES.counts = {}
     _LOCAL = threading.local()
     _LOCAL.store = STORE
     _PHASE[0] = ''
@@ -63,6 +66,7 @@ def reset() -> None:
     """Forget every pending value, the phase and suspensions (for tests;
     live collectors stay registered)."""
     STORE.reset()
+    SKETCHES.reset()
     _PHASE[0] = ''
     _SUSPENDED[0] = 0
 
@@ -141,7 +145,10 @@ def report0(name: str, value: Any) -> Any:
         return report(name, value)
     if type(name) is not str:
         raise name_error(name)
-    store = getattr(_LOCAL, 'store', None) or _thread_store()
+    try:
+        store = _LOCAL.store
+    except AttributeError:
+        store = _thread_store()
     with store.lock:
         store.empty.add(_PHASE[0] + name)
     return value

@@ -115,3 +115,22 @@ def test_good_edge_values():
     assert collector.num('i') == ref.size
     assert collector.mean('i') == pytest.approx(ref.mean(), rel=1e-12)
     assert collector.max('i') == float(big)
+
+
+def test_report0_from_thread_on_other_rank(monkeypatch):
+    collector = Collector(keep_previous=False)
+    monkeypatch.setattr(reporting, 'get_rank', lambda: 1)
+    registered = []
+
+    def work():
+        for _ in range(3):
+            report0('r0', 1.0)  # registers the name only
+            collector.update()  # leaves this thread's store empty
+        registered.append(len(reporting.STORE._others))
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert registered == [1]  # one store per thread, not one per call
+    collector.update()
+    assert collector.names() == ['r0'] and collector.num('r0') == 0
