@@ -4,7 +4,6 @@ import copy
 from typing import Dict, Optional, Union
 
 import torch
-from mmengine.dataset import DefaultSampler
 from mmengine.hooks import EMAHook, Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
@@ -14,6 +13,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader
 
 from mmstats.precise_bn import check_args, update_bn_stats
+from mmstats.precise_bn.batches import check_loader_cfg, loader_like
 from mmstats.registry import HOOKS
 from .log_rhythm import find_logger_hook, logs_train_line
 
@@ -71,15 +71,15 @@ class PreciseBNHook(Hook):
                  update_ema: bool = True,
                  progress: bool = True) -> None:
         check_args(num_samples, estimator, owner='PreciseBNHook')
-        if not isinstance(interval, int) or isinstance(
-                interval, bool) or interval <= 0:
+        if not isinstance(interval, int) or isinstance(interval,
+                                                       bool) or interval <= 0:
             raise ValueError('PreciseBNHook: interval must be a positive int, '
                              f'got {interval!r}')
         if by_epoch not in (None, True, False):
             raise ValueError('PreciseBNHook: by_epoch must be None (follow '
                              'the train loop), True or False, got '
                              f'{by_epoch!r}')
-        _check_dataloader_cfg(dataloader)
+        check_loader_cfg(dataloader)
         for name, flag in (('at_end', at_end), ('update_ema', update_ema),
                            ('progress', progress)):
             if not isinstance(flag, bool):
@@ -113,8 +113,11 @@ class PreciseBNHook(Hook):
         self._has_bn = any(
             isinstance(m, _BatchNorm) for m in runner.model.modules())
         if not self._has_bn:
-            print_log('PreciseBNHook: the model has no BatchNorm layer; the '
-                      'hook does nothing in this run.', 'current', level=30)
+            print_log(
+                'PreciseBNHook: the model has no BatchNorm layer; the '
+                'hook does nothing in this run.',
+                'current',
+                level=30)
             return
         self._loader = self._build_loader(runner)
 
@@ -144,7 +147,10 @@ class PreciseBNHook(Hook):
         visualizer (scalars.json, TensorBoard) directly."""
         if self._pending:
             runner.visualizer.add_scalars(
-                {k.partition('/')[2]: v for k, v in self._pending.items()},
+                {
+                    k.partition('/')[2]: v
+                    for k, v in self._pending.items()
+                },
                 step=runner.iter)
             self._pending = {}
 
@@ -214,8 +220,7 @@ class PreciseBNHook(Hook):
         """The precise-BN loader: never the training loader itself."""
         if self.dataloader_cfg is not None:
             cfg = copy.deepcopy(self.dataloader_cfg)
-            cfg.setdefault('persistent_workers',
-                           cfg.get('num_workers', 0) > 0)
+            cfg.setdefault('persistent_workers', cfg.get('num_workers', 0) > 0)
             try:
                 return Runner.build_dataloader(cfg, seed=runner.seed)
             except Exception as exc:
@@ -224,28 +229,7 @@ class PreciseBNHook(Hook):
                     f'dataloader={self.dataloader_cfg!r} ({exc!r}); fix the '
                     'config or pass dataloader=None to read the training '
                     'dataset') from exc
-        train_loader = runner.train_dataloader
-        batch_size = train_loader.batch_size or getattr(
-            train_loader.batch_sampler, 'batch_size', None)
-        if not batch_size:
-            raise ValueError(
-                'PreciseBNHook cannot tell the batch size of the training '
-                'loader (it has neither batch_size nor batch_sampler.'
-                'batch_size): pass dataloader=dict(...) to the hook')
-        dataset = train_loader.dataset
-        drop_last = bool(getattr(train_loader, 'drop_last', False) or getattr(
-            train_loader.batch_sampler, 'drop_last', False))
-        workers = train_loader.num_workers
-        return DataLoader(
-            dataset,
-            batch_size=batch_size,
-            sampler=DefaultSampler(dataset, shuffle=True, seed=runner.seed),
-            num_workers=workers,
-            collate_fn=train_loader.collate_fn,
-            pin_memory=train_loader.pin_memory,
-            worker_init_fn=train_loader.worker_init_fn,
-            persistent_workers=workers > 0,
-            drop_last=drop_last)
+        return loader_like(runner.train_dataloader, runner.seed)
 
     def _forward_context(self, runner, model):
         wrapper = runner.optim_wrapper
@@ -273,9 +257,9 @@ class PreciseBNHook(Hook):
         if self._num_runs == 0:
             for key, text in (('frozen', 'left alone (eval mode)'),
                               ('skipped', 'not called in a forward: left '
-                               'alone'),
-                              ('unaffected_norms', 'not BatchNorm: not '
-                               'affected')):
+                               'alone'), ('unaffected_norms',
+                                          'not BatchNorm: not '
+                                          'affected')):
                 if summary.get(key):
                     print_log(f'PreciseBN: {text}: {", ".join(summary[key])}',
                               'current')
@@ -304,25 +288,3 @@ class PreciseBNHook(Hook):
             for m, flag in zip(ema_model.modules(), flags):
                 m.training = flag
         self._pending[EMA_VAR_CHANGE] = summary['var_change']
-
-
-def _check_dataloader_cfg(dataloader) -> None:
-    """``dataloader`` must be None or a config with what
-    ``Runner.build_dataloader`` needs (checked when the hook is built)."""
-    if dataloader is None:
-        return
-    if not isinstance(dataloader, dict):
-        raise TypeError('PreciseBNHook: dataloader must be None or a '
-                        'dataloader config dict, got '
-                        f'{type(dataloader).__name__}')
-    missing = [k for k in ('batch_size', 'dataset', 'sampler')
-               if k not in dataloader and not (k == 'batch_size'
-                                               and 'batch_sampler'
-                                               in dataloader)]
-    if missing:
-        raise ValueError(
-            f'PreciseBNHook: dataloader lacks {missing} (got keys '
-            f'{sorted(dataloader)}): give a full loader config, e.g. '
-            "dataloader=dict(batch_size=64, dataset=dict(type=...), "
-            "sampler=dict(type='DefaultSampler', shuffle=True)), or leave "
-            'dataloader=None to read the training dataset')

@@ -39,12 +39,9 @@ class LayerGroup:
         for size in self.sizes:
             self.starts.append(width)
             width += -(-size // align) * align
-        self.flat = torch.zeros(2, width, dtype=self.dtype,
-                                device=self.device)
-        self.views = [
-            (self.flat[0, s:s + n], self.flat[1, s:s + n])
-            for s, n in zip(self.starts, self.sizes)
-        ]
+        self.flat = torch.zeros(2, width, dtype=self.dtype, device=self.device)
+        self.views = [(self.flat[0, s:s + n], self.flat[1, s:s + n])
+                      for s, n in zip(self.starts, self.sizes)]
         self.packed_index = torch.cat([
             torch.arange(s, s + n) for s, n in zip(self.starts, self.sizes)
         ]).to(self.device)
@@ -52,12 +49,12 @@ class LayerGroup:
             torch.arange(self.count), torch.tensor(self.sizes)).to(self.device)
         # raw sums of [mu_b, v_b] and of mu_b^2 over batches of equal counts
         self.raw = torch.zeros(2, channels, dtype=_F64, device=self.device)
-        self.raw_squares = torch.zeros(channels, dtype=_F64,
-                                       device=self.device)
+        self.raw_squares = torch.zeros(
+            channels, dtype=_F64, device=self.device)
         # weighted sums: [mean sum, var sum (+ n mu^2)], weights per layer
         self.sums = torch.zeros(2, channels, dtype=_F64, device=self.device)
-        self.weights = torch.zeros(2, self.count, dtype=_F64,
-                                   device=self.device)
+        self.weights = torch.zeros(
+            2, self.count, dtype=_F64, device=self.device)
 
     def packed(self) -> Tensor:
         """``flat`` without the alignment padding: ``(2, channels)``."""
@@ -101,12 +98,14 @@ class BNRecorder:
         for i, bn in enumerate(self.layers):
             group, j = self._locate(i)
             buffers = bn._buffers
-            saved = dict(bn=bn, momentum=bn.momentum,
-                         running_mean=buffers['running_mean'],
-                         running_var=buffers['running_var'],
-                         num_batches_tracked=buffers.get(
-                             'num_batches_tracked'),
-                         forward=bn.__dict__.get('forward'), nbt_value=None)
+            saved = dict(
+                bn=bn,
+                momentum=bn.momentum,
+                running_mean=buffers['running_mean'],
+                running_var=buffers['running_var'],
+                num_batches_tracked=buffers.get('num_batches_tracked'),
+                forward=bn.__dict__.get('forward'),
+                nbt_value=None)
             self._saved.append(saved)
             inner = saved['forward'] or self._class_forward(bn)
             nbt = saved['num_batches_tracked']
@@ -152,8 +151,8 @@ class BNRecorder:
         def forward(input: Tensor, *args, **kwargs):
             if counts[i]:  # second call in one forward (shared layer)
                 fold_call(i)
-            counts[i] = input.numel() // (input.shape[1]
-                                          if input.dim() > 1 else 1)
+            counts[i] = input.numel() // (
+                input.shape[1] if input.dim() > 1 else 1)
             return inner(input, *args, **kwargs)
 
         return forward

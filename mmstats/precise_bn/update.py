@@ -49,7 +49,8 @@ def preserve_rng_state() -> Iterator[None]:
         np.random.set_state(np_state)
 
 
-def check_args(num_samples: Any, estimator: Any,
+def check_args(num_samples: Any,
+               estimator: Any,
                owner: str = 'update_bn_stats') -> None:
     """Validate ``num_samples`` (a positive int) and ``estimator`` (a key of
     :data:`ESTIMATORS`); ``owner`` is named in the error message."""
@@ -78,9 +79,10 @@ def _find_layers(model: nn.Module) -> Tuple[list, list, list, list]:
         elif isinstance(module, _OTHER_NORMS):
             unaffected.append(name)
             # e.g. InstanceNorm(track_running_stats=True) in training mode
-            kept += [(buf, buf.clone()) for key, buf in module._buffers.items()
-                     if buf is not None
-                     and key.startswith(('running_', 'num_batches'))]
+            kept += [(buf, buf.clone())
+                     for key, buf in module._buffers.items()
+                     if buf is not None and key.startswith(('running_',
+                                                            'num_batches'))]
     return layers, frozen, unaffected, kept
 
 
@@ -101,7 +103,8 @@ def _run_batches(model: nn.Module, loader: Iterable, recorder: BNRecorder,
                 print_log(
                     f'update_bn_stats: the loader ran out after {seen} '
                     f'samples ({batches} batches) on rank {get_rank()}; '
-                    f'{target} were wanted: using what there is', logger,
+                    f'{target} were wanted: using what there is',
+                    logger,
                     level=logging.WARNING)
                 break
             try:
@@ -111,8 +114,11 @@ def _run_batches(model: nn.Module, loader: Iterable, recorder: BNRecorder,
                 if _TOO_SMALL not in str(e):
                     raise
                 recorder.counts[:] = [0] * len(recorder.counts)
-                print_log(f'update_bn_stats: skipped a batch too small for '
-                          f'BatchNorm ({e})', logger, level=logging.WARNING)
+                print_log(
+                    f'update_bn_stats: skipped a batch too small for '
+                    f'BatchNorm ({e})',
+                    logger,
+                    level=logging.WARNING)
                 continue
             recorder.accumulate()
             seen, batches = seen + size, batches + 1
@@ -150,32 +156,32 @@ def _commit(recorder: BNRecorder, group: LayerGroup, mean: Tensor,
     zeros = torch.zeros(group.count, dtype=torch.float64, device=mean.device)
     var_change = zeros.index_add(0, chan, (var - old_var).abs()) / \
         zeros.index_add(0, chan, old_var.abs()).clamp_min(1e-30)
-    eps = torch.tensor([bn.eps for bn in layers], dtype=torch.float64,
+    eps = torch.tensor([bn.eps for bn in layers],
+                       dtype=torch.float64,
                        device=mean.device)[chan]
-    sizes = torch.tensor(group.sizes, dtype=torch.float64,
-                         device=mean.device)
-    mean_change = zeros.index_add(
-        0, chan, (mean - old_mean).abs() / (var + eps).sqrt()) / sizes
+    sizes = torch.tensor(group.sizes, dtype=torch.float64, device=mean.device)
+    mean_change = zeros.index_add(0, chan, (mean - old_mean).abs() /
+                                  (var + eps).sqrt()) / sizes
     keep = ~called[chan]  # layers never called keep their statistics
     new_mean = torch.where(keep, old_mean, mean).to(group.dtype)
     new_var = torch.where(keep, old_var, var).to(group.dtype)
-    torch.split_with_sizes_copy(new_mean, group.sizes,
-                                out=[bn.running_mean for bn in layers])
-    torch.split_with_sizes_copy(new_var, group.sizes,
-                                out=[bn.running_var for bn in layers])
+    torch.split_with_sizes_copy(
+        new_mean, group.sizes, out=[bn.running_mean for bn in layers])
+    torch.split_with_sizes_copy(
+        new_var, group.sizes, out=[bn.running_var for bn in layers])
     return called.tolist(), var_change[called], mean_change[called]
 
 
 @torch.no_grad()
-def update_bn_stats(
-        model: nn.Module,
-        data_loader: Iterable,
-        num_samples: int = 8192,
-        estimator: str = 'population',
-        forward_context: Optional[Callable[[], ContextManager]] = None,
-        progress: bool = True,
-        logger: Optional[Any] = None,
-        group: Optional[Any] = None) -> Dict[str, Any]:
+def update_bn_stats(model: nn.Module,
+                    data_loader: Iterable,
+                    num_samples: int = 8192,
+                    estimator: str = 'population',
+                    forward_context: Optional[Callable[[],
+                                                       ContextManager]] = None,
+                    progress: bool = True,
+                    logger: Optional[Any] = None,
+                    group: Optional[Any] = None) -> Dict[str, Any]:
     """Recompute the running statistics of BatchNorm layers (precise BN).
 
     Runs forwards with frozen weights over ``num_samples`` samples (over all
@@ -230,9 +236,17 @@ def update_bn_stats(
         model = model.module  # no collectives in the forwards
     named, frozen, unaffected, kept = _find_layers(model)
     summary: Dict[str, Any] = dict(
-        num_layers=0, num_samples=0, num_batches=0, seconds=0.0,
-        var_change=0.0, mean_change=0.0, estimator=estimator, updated=[],
-        skipped=[], frozen=frozen, unaffected_norms=unaffected)
+        num_layers=0,
+        num_samples=0,
+        num_batches=0,
+        seconds=0.0,
+        var_change=0.0,
+        mean_change=0.0,
+        estimator=estimator,
+        updated=[],
+        skipped=[],
+        frozen=frozen,
+        unaffected_norms=unaffected)
     if not named:
         return summary
     world_size = get_world_size(group)
@@ -279,8 +293,9 @@ def update_bn_stats(
     if summary['updated']:
         summary['var_change'] = torch.cat(var_changes).mean().item()
         summary['mean_change'] = torch.cat(mean_changes).mean().item()
-    summary.update(num_layers=len(summary['updated']),
-                   num_samples=int(round(seen)),
-                   num_batches=int(round(batches)),
-                   seconds=time.perf_counter() - start_time)
+    summary.update(
+        num_layers=len(summary['updated']),
+        num_samples=int(round(seen)),
+        num_batches=int(round(batches)),
+        seconds=time.perf_counter() - start_time)
     return summary

@@ -17,9 +17,16 @@ from tests.helpers.dist import run_distributed
 from tests.helpers.record_batches_hook import read_batches
 from tests.helpers.runner import gloo_launch, toy_cfg
 
-SUMMARY = dict(num_layers=6, num_samples=64, num_batches=4, seconds=0.1,
-               var_change=0.05, mean_change=0.01, skipped=[], frozen=[],
-               unaffected_norms=[])
+SUMMARY = dict(
+    num_layers=6,
+    num_samples=64,
+    num_batches=4,
+    seconds=0.1,
+    var_change=0.05,
+    mean_change=0.01,
+    skipped=[],
+    frozen=[],
+    unaffected_norms=[])
 
 
 # --------------------------------------------------------------- build time
@@ -74,15 +81,12 @@ def fire(hook, runner, loop='epoch', max_epochs=5, max_iters=50):
 @pytest.mark.parametrize('kwargs, loop, expected', [
     (dict(), EpochBasedTrainLoop, [(e, e * 10 + 9) for e in range(5)]),
     (dict(interval=2), EpochBasedTrainLoop, [(1, 19), (3, 39), (4, 49)]),
-    (dict(interval=2, at_end=False), EpochBasedTrainLoop, [(1, 19),
-                                                           (3, 39)]),
+    (dict(interval=2, at_end=False), EpochBasedTrainLoop, [(1, 19), (3, 39)]),
     (dict(interval=20), IterBasedTrainLoop, [(1, 19), (3, 39), (4, 49)]),
-    (dict(interval=25, at_end=False), IterBasedTrainLoop,
-     [(2, 24), (4, 49)]),
-    (dict(interval=3, by_epoch=True), IterBasedTrainLoop, [(2, 29),
-                                                           (4, 49)]),
-    (dict(interval=20, by_epoch=False), EpochBasedTrainLoop,
-     [(1, 19), (3, 39), (4, 49)]),
+    (dict(interval=25, at_end=False), IterBasedTrainLoop, [(2, 24), (4, 49)]),
+    (dict(interval=3, by_epoch=True), IterBasedTrainLoop, [(2, 29), (4, 49)]),
+    (dict(interval=20, by_epoch=False), EpochBasedTrainLoop, [(1, 19), (3, 39),
+                                                              (4, 49)]),
 ])
 def test_interval_logic(kwargs, loop, expected):
     hook = PreciseBNHook(**kwargs)
@@ -117,8 +121,11 @@ def test_run_counter_goes_into_the_checkpoint():
 
 def _train_loader(drop_last, num_workers=0):
     from torch.utils.data import DataLoader
-    return DataLoader(list(range(10)), batch_size=4, drop_last=drop_last,
-                      num_workers=num_workers)
+    return DataLoader(
+        list(range(10)),
+        batch_size=4,
+        drop_last=drop_last,
+        num_workers=num_workers)
 
 
 @pytest.mark.parametrize('drop_last', [False, True])
@@ -143,8 +150,8 @@ def test_a_last_batch_of_one_sample_does_not_crash_the_run():
     from torch.utils.data import DataLoader, TensorDataset
     torch.manual_seed(0)
     runner = mock_runner(EpochBasedTrainLoop)
-    runner.model = torch.nn.Sequential(torch.nn.Linear(3, 2),
-                                       torch.nn.BatchNorm1d(2))
+    runner.model = torch.nn.Sequential(
+        torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
     runner.seed = 0
     runner.train_dataloader = DataLoader(
         TensorDataset(torch.randn(9, 3) * 2 + 1), batch_size=4)
@@ -157,25 +164,32 @@ def test_a_last_batch_of_one_sample_does_not_crash_the_run():
     with torch.no_grad():
         h = runner.model[0](used).double()
     bn = runner.model[1]
-    torch.testing.assert_close(bn.running_mean.double(), h.mean(0),
-                               rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(bn.running_var.double(),
-                               h.var(0, unbiased=False), rtol=1e-5,
-                               atol=1e-6)
+    torch.testing.assert_close(
+        bn.running_mean.double(), h.mean(0), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        bn.running_var.double(),
+        h.var(0, unbiased=False),
+        rtol=1e-5,
+        atol=1e-6)
 
 
 def test_incomplete_dataloader_config_fails_before_training():
-    with pytest.raises(ValueError, match=r"dataloader lacks \['dataset', "
-                       r"'sampler'\].*dataloader=None"):
+    with pytest.raises(
+            ValueError,
+            match=r"dataloader lacks \['dataset', "
+            r"'sampler'\].*dataloader=None"):
         PreciseBNHook(dataloader=dict(batch_size=4))
     # a complete config that cannot be built fails in before_train
-    hook = PreciseBNHook(dataloader=dict(
-        batch_size=4, dataset=dict(type='NoSuchDataset'),
-        sampler=dict(type='DefaultSampler', shuffle=True)))
+    hook = PreciseBNHook(
+        dataloader=dict(
+            batch_size=4,
+            dataset=dict(type='NoSuchDataset'),
+            sampler=dict(type='DefaultSampler', shuffle=True)))
     runner = mock_runner(EpochBasedTrainLoop)
     runner.seed = 0
-    with pytest.raises(ValueError, match='could not build its dataloader.*'
-                       'NoSuchDataset'):
+    with pytest.raises(
+            ValueError, match='could not build its dataloader.*'
+            'NoSuchDataset'):
         hook.before_train(runner)
 
 
@@ -194,9 +208,10 @@ class ValSnapshotHook(Hook):
                                                'module') else runner.model
         stem = model.backbone.stem
         self.snapshots.append(
-            dict(weight=stem.conv.weight.detach().clone(),
-                 mean=stem.bn.running_mean.clone(),
-                 var=stem.bn.running_var.clone()))
+            dict(
+                weight=stem.conv.weight.detach().clone(),
+                mean=stem.bn.running_mean.clone(),
+                var=stem.bn.running_var.clone()))
 
 
 @ROOT_HOOKS.register_module(force=True)
@@ -212,7 +227,8 @@ class BNVarSnapshotHook(Hook):
         self.snapshots.append([
             m.running_var.double().numpy().copy()
             for m in runner.model.modules()
-            if isinstance(m, torch.nn.BatchNorm2d)])
+            if isinstance(m, torch.nn.BatchNorm2d)
+        ])
 
 
 def train_inputs(cfg) -> torch.Tensor:
@@ -227,24 +243,27 @@ def stem_reference(inputs, weight):
     The stem BN follows a bias-free conv: its inputs do not depend on how
     the data is batched, so this is the exact population statistic."""
     out = F.conv2d(inputs.double(), weight.double(), padding=1)
-    return (out.mean(dim=(0, 2, 3)),
-            out.var(dim=(0, 2, 3), unbiased=False))
+    return (out.mean(dim=(0, 2, 3)), out.var(dim=(0, 2, 3), unbiased=False))
 
 
 def assert_precise(mean, var, inputs, weight, rtol=1e-4):
     ref_mean, ref_var = stem_reference(inputs, weight)
-    torch.testing.assert_close(mean.double(), ref_mean, rtol=rtol,
-                               atol=1e-5)
+    torch.testing.assert_close(mean.double(), ref_mean, rtol=rtol, atol=1e-5)
     torch.testing.assert_close(var.double(), ref_var, rtol=rtol, atol=1e-6)
 
 
 def precise_cfg(tmp_path, hook=None, **kwargs):
     cfg = toy_cfg(tmp_path, **kwargs)
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=1,
-                                        by_epoch=kwargs.get('by_epoch', True))
+    cfg.default_hooks.checkpoint = dict(
+        type='CheckpointHook',
+        interval=1,
+        by_epoch=kwargs.get('by_epoch', True))
     cfg.custom_hooks = [
-        dict(type='mmstats.PreciseBNHook', num_samples=10_000,
-             progress=False, **(hook or {})),
+        dict(
+            type='mmstats.PreciseBNHook',
+            num_samples=10_000,
+            progress=False,
+            **(hook or {})),
         dict(type='ValSnapshotHook')
     ]
     return cfg
@@ -289,8 +308,12 @@ def test_without_the_hook_stats_are_not_precise(tmp_path, clean_mmengine):
 
 
 def test_iter_runner_validates_with_precise_stats(tmp_path, clean_mmengine):
-    cfg = precise_cfg(tmp_path, hook=dict(interval=5), by_epoch=False,
-                      max_iters=12, val_interval=6)
+    cfg = precise_cfg(
+        tmp_path,
+        hook=dict(interval=5),
+        by_epoch=False,
+        max_iters=12,
+        val_interval=6)
     runner = Runner.from_cfg(cfg)
     runner.train()
     # runs at iterations 5, 10 and (at_end) 12; validation at 6 and 12
@@ -319,8 +342,8 @@ def test_ema_model_gets_stats_for_the_ema_weights(tmp_path, clean_mmengine,
         assert not torch.equal(snap['weight'], raw_weight)  # EMA weights
         assert_precise(snap['mean'], snap['var'], inputs, snap['weight'])
     # the checkpoint's state_dict holds the EMA weights and their stats
-    state = torch.load(osp.join(tmp_path, 'epoch_2.pth'),
-                       weights_only=False)['state_dict']
+    state = torch.load(
+        osp.join(tmp_path, 'epoch_2.pth'), weights_only=False)['state_dict']
     assert_precise(state['backbone.stem.bn.running_mean'],
                    state['backbone.stem.bn.running_var'], inputs,
                    state['backbone.stem.conv.weight'])
@@ -344,8 +367,8 @@ def test_recomputation_forwards_never_reach_the_statistics(
         tmp_path, clean_mmengine):
     """The model reports in every forward; precise BN (model and EMA
     model) forwards must not be counted with the training samples."""
-    cfg = precise_cfg(tmp_path, num_samples=150, report_stats=True,
-                      max_epochs=2)
+    cfg = precise_cfg(
+        tmp_path, num_samples=150, report_stats=True, max_epochs=2)
     cfg.custom_hooks[0]['num_samples'] = 64
     cfg.custom_hooks += [
         dict(type='mmstats.StatsCollectorHook', stats=('num', 'mean')),
@@ -353,8 +376,10 @@ def test_recomputation_forwards_never_reach_the_statistics(
     ]
     runner = Runner.from_cfg(cfg)
     runner.train()
-    nums = [r['stats/model/feat_norm/num'] for r in read_scalars(runner)
-            if 'stats/model/feat_norm/num' in r]
+    nums = [
+        r['stats/model/feat_norm/num'] for r in read_scalars(runner)
+        if 'stats/model/feat_norm/num' in r
+    ]
     assert sum(nums) == 2 * 150  # training samples only, every one once
 
 
@@ -363,22 +388,23 @@ def test_var_change_is_logged_once_per_run(tmp_path, clean_mmengine):
     on the first line after it (epochs 2, 3) or, after the last run, in
     scalars.json only; never repeated. Values against float64 numpy."""
     cfg = precise_cfg(tmp_path, max_epochs=3, log_interval=4)
-    cfg.custom_hooks += [dict(type='BNVarSnapshotHook', priority='HIGH'),
-                         dict(type='BNVarSnapshotHook', priority='NORMAL')]
+    cfg.custom_hooks += [
+        dict(type='BNVarSnapshotHook', priority='HIGH'),
+        dict(type='BNVarSnapshotHook', priority='NORMAL')
+    ]
     runner = Runner.from_cfg(cfg)
     runner.train()
-    before, after = [h.snapshots for h in hooks_of(runner,
-                                                   BNVarSnapshotHook)]
+    before, after = [h.snapshots for h in hooks_of(runner, BNVarSnapshotHook)]
     expected = [
-        np.mean([np.abs(n - o).sum() / np.abs(o).sum()
-                 for o, n in zip(old, new)])
+        np.mean(
+            [np.abs(n - o).sum() / np.abs(o).sum() for o, n in zip(old, new)])
         for old, new in zip(before, after)
     ]
-    records = [r for r in read_scalars(runner)
-               if 'precise_bn/var_change' in r]
+    records = [r for r in read_scalars(runner) if 'precise_bn/var_change' in r]
     assert [r['step'] for r in records] == [14, 24, 30]
-    np.testing.assert_allclose(
-        [r['precise_bn/var_change'] for r in records], expected, rtol=1e-5)
+    np.testing.assert_allclose([r['precise_bn/var_change'] for r in records],
+                               expected,
+                               rtol=1e-5)
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
     lines = [ln for ln in log.splitlines() if 'precise_bn/var_change' in ln]
     assert len(lines) == 2
@@ -423,16 +449,23 @@ def test_resume_continues_the_sampling_sequence(tmp_path, clean_mmengine,
 
 # ---------------------------------------------- the training stream stays
 def recorded_run(tmp_path, by_epoch, with_hook, num_workers):
-    cfg = toy_cfg(tmp_path, by_epoch=by_epoch, max_epochs=2, max_iters=20,
-                  val_interval=10 if not by_epoch else None)
+    cfg = toy_cfg(
+        tmp_path,
+        by_epoch=by_epoch,
+        max_epochs=2,
+        max_iters=20,
+        val_interval=10 if not by_epoch else None)
     cfg.train_dataloader.num_workers = num_workers
     cfg.train_dataloader.persistent_workers = num_workers > 0
     cfg.custom_imports = dict(imports=['tests.helpers.record_batches_hook'])
     cfg.custom_hooks = [dict(type='RecordBatchesHook')]
     if with_hook:
         cfg.custom_hooks.append(
-            dict(type='mmstats.PreciseBNHook', num_samples=48,
-                 interval=1 if by_epoch else 3, progress=False))
+            dict(
+                type='mmstats.PreciseBNHook',
+                num_samples=48,
+                interval=1 if by_epoch else 3,
+                progress=False))
     Runner.from_cfg(cfg).train()
     return read_batches(tmp_path)
 
@@ -445,7 +478,8 @@ def test_training_stream_is_untouched(tmp_path, clean_mmengine, by_epoch,
     hooked = recorded_run(tmp_path / 'hooked', by_epoch, True, num_workers)
     assert [r['idx'] for r in hooked] == [r['idx'] for r in plain]
     np.testing.assert_allclose([r['checksum'] for r in hooked],
-                               [r['checksum'] for r in plain], rtol=0)
+                               [r['checksum'] for r in plain],
+                               rtol=0)
 
 
 # ------------------------------------------------------------ distributed
@@ -455,20 +489,24 @@ def _train_two_ranks(rank, world_size, work_dir):
     runner.train()
     model = runner.model.module
     # numpy, not tensors: torch's queue shares tensors through the sender
-    return dict(buffers={k: v.numpy().copy() for k, v in
-                         model.state_dict().items() if 'running' in k},
-                weight=model.backbone.stem.conv.weight.detach().numpy().copy())
+    return dict(
+        buffers={
+            k: v.numpy().copy()
+            for k, v in model.state_dict().items() if 'running' in k
+        },
+        weight=model.backbone.stem.conv.weight.detach().numpy().copy())
 
 
 def test_two_ranks_end_with_identical_precise_stats(tmp_path):
-    results = run_distributed(_train_two_ranks, 2, str(tmp_path),
-                              timeout=240)
+    results = run_distributed(_train_two_ranks, 2, str(tmp_path), timeout=240)
     for key, value in results[0]['buffers'].items():
-        np.testing.assert_array_equal(value, results[1]['buffers'][key],
-                                      err_msg=key)
+        np.testing.assert_array_equal(
+            value, results[1]['buffers'][key], err_msg=key)
     cfg = precise_cfg(tmp_path)
-    buffers = {k: torch.from_numpy(v)
-               for k, v in results[0]['buffers'].items()}
+    buffers = {
+        k: torch.from_numpy(v)
+        for k, v in results[0]['buffers'].items()
+    }
     assert_precise(buffers['backbone.stem.bn.running_mean'],
                    buffers['backbone.stem.bn.running_var'], train_inputs(cfg),
                    torch.from_numpy(results[0]['weight']))

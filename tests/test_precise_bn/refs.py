@@ -16,9 +16,10 @@ def bn_inputs(model, batches, call=None):
     for name, mod in ref.named_modules():
         if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.training:
             captured[name] = []
-            handles.append(mod.register_forward_pre_hook(
-                lambda m, args, name=name: captured[name].append(
-                    args[0].detach().double())))
+            handles.append(
+                mod.register_forward_pre_hook(
+                    lambda m, args, name=name: captured[name].append(args[
+                        0].detach().double())))
     with torch.no_grad():
         for batch in batches:
             (call or (lambda m, b: m(b)))(ref, batch)
@@ -33,8 +34,9 @@ def ref_stats(xs, estimator):
     if estimator == 'population':
         values = np.concatenate(flats, axis=1)
         return values.mean(1), values.var(1)
-    return (np.mean([f.mean(1) for f in flats], axis=0),
-            np.mean([f.var(1, ddof=1) for f in flats], axis=0))
+    return (np.mean([f.mean(1) for f in flats],
+                    axis=0), np.mean([f.var(1, ddof=1) for f in flats],
+                                     axis=0))
 
 
 def assert_stats(model, captured, estimator, rtol=1e-5, atol=1e-7):
@@ -42,10 +44,18 @@ def assert_stats(model, captured, estimator, rtol=1e-5, atol=1e-7):
     for name, xs in captured.items():
         mean, var = ref_stats(xs, estimator)
         bn = modules[name]
-        np.testing.assert_allclose(bn.running_mean.double().numpy(), mean,
-                                   rtol=rtol, atol=atol, err_msg=name)
-        np.testing.assert_allclose(bn.running_var.double().numpy(), var,
-                                   rtol=rtol, atol=atol, err_msg=name)
+        np.testing.assert_allclose(
+            bn.running_mean.double().numpy(),
+            mean,
+            rtol=rtol,
+            atol=atol,
+            err_msg=name)
+        np.testing.assert_allclose(
+            bn.running_var.double().numpy(),
+            var,
+            rtol=rtol,
+            atol=atol,
+            err_msg=name)
 
 
 def snapshot(model):
@@ -53,10 +63,14 @@ def snapshot(model):
     for name, mod in model.named_modules():
         if isinstance(mod, nn.modules.batchnorm._BatchNorm):
             out[name] = dict(
-                objs={k: mod._buffers[k] for k in mod._buffers},
-                vals={k: v.clone() for k, v in mod._buffers.items()
-                      if v is not None},
-                momentum=mod.momentum, training=mod.training,
+                objs={k: mod._buffers[k]
+                      for k in mod._buffers},
+                vals={
+                    k: v.clone()
+                    for k, v in mod._buffers.items() if v is not None
+                },
+                momentum=mod.momentum,
+                training=mod.training,
                 forward=mod.__dict__.get('forward', 'absent'),
                 pre_hooks=len(mod._forward_pre_hooks),
                 hooks=len(mod._forward_hooks))
@@ -85,29 +99,34 @@ def assert_restored(model, snap, values=True):
 def make_model(kind):
     torch.manual_seed(0)
     if kind == 'bn1d_2d':
-        return nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU(),
-                             nn.Linear(5, 4), nn.BatchNorm1d(4))
+        return nn.Sequential(
+            nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 4),
+            nn.BatchNorm1d(4))
     if kind == 'bn1d_3d':
-        return nn.Sequential(nn.Conv1d(3, 4, 3), nn.BatchNorm1d(4),
-                             nn.ReLU(), nn.Conv1d(4, 4, 1), nn.BatchNorm1d(4))
+        return nn.Sequential(
+            nn.Conv1d(3, 4, 3), nn.BatchNorm1d(4), nn.ReLU(),
+            nn.Conv1d(4, 4, 1), nn.BatchNorm1d(4))
     if kind == 'bn2d':
-        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4),
-                             nn.ReLU(), nn.Conv2d(4, 5, 1),
-                             nn.BatchNorm2d(5, momentum=None))
+        return nn.Sequential(
+            nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(),
+            nn.Conv2d(4, 5, 1), nn.BatchNorm2d(5, momentum=None))
     if kind == 'bn3d':
-        return nn.Sequential(nn.Conv3d(2, 3, 2), nn.BatchNorm3d(3),
-                             nn.ReLU(), nn.Conv3d(3, 3, 1), nn.BatchNorm3d(3))
+        return nn.Sequential(
+            nn.Conv3d(2, 3, 2), nn.BatchNorm3d(3), nn.ReLU(),
+            nn.Conv3d(3, 3, 1), nn.BatchNorm3d(3))
     raise KeyError(kind)
 
 
-INPUT_SHAPES = dict(bn1d_2d=(6, ), bn1d_3d=(3, 9), bn2d=(3, 7, 6),
-                    bn3d=(2, 4, 5, 3))
+INPUT_SHAPES = dict(
+    bn1d_2d=(6, ), bn1d_3d=(3, 9), bn2d=(3, 7, 6), bn3d=(2, 4, 5, 3))
 
 
 def make_batches(shape, sizes, seed=0, shift=0.0):
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randn((n, ) + tuple(shape), generator=gen) * 1.5 + 0.7 +
-            shift for n in sizes]
+    return [
+        torch.randn((n, ) + tuple(shape), generator=gen) * 1.5 + 0.7 + shift
+        for n in sizes
+    ]
 
 
 class Bomb(nn.Module):

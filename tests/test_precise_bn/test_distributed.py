@@ -37,15 +37,20 @@ DIST_SIZES = [12, 7, 21]  # 40 samples per rank
 
 
 def _rank_batches(rank):
-    return make_batches((3, 6, 6), DIST_SIZES, seed=100 + rank,
+    return make_batches((3, 6, 6),
+                        DIST_SIZES,
+                        seed=100 + rank,
                         shift=0.5 * rank)
 
 
 def _stats(model):
     # numpy: tensors sent through the result queue would share memory with
     # a process that is exiting
-    return {k: v.numpy().copy() for k, v in model.state_dict().items()
-            if 'running' in k or 'num_batches' in k}
+    return {
+        k: v.numpy().copy()
+        for k, v in model.state_dict().items()
+        if 'running' in k or 'num_batches' in k
+    }
 
 
 UNEVEN_SIZES = [10, 10, 10, 10]
@@ -54,7 +59,9 @@ UNEVEN_NUM_SAMPLES = 45
 
 def _worker_uneven(rank, world_size, num_samples):
     model = _DistNet(sync=False)
-    batches = make_batches((3, 6, 6), UNEVEN_SIZES, seed=200 + rank,
+    batches = make_batches((3, 6, 6),
+                           UNEVEN_SIZES,
+                           seed=200 + rank,
                            shift=0.3 * rank)
     summary = update_bn_stats(model, batches, num_samples, progress=False)
     return _stats(model), summary['num_samples'], summary['num_batches']
@@ -66,9 +73,9 @@ def check_uneven(results, world_size):
     ranks; the result is the union of the batches actually used."""
     per_rank = {2: 3, 4: 2}[world_size]
     used = [
-        b for rank in range(world_size)
-        for b in make_batches((3, 6, 6), UNEVEN_SIZES, seed=200 + rank,
-                              shift=0.3 * rank)[:per_rank]
+        b for rank in range(world_size) for b in make_batches(
+            (3, 6, 6), UNEVEN_SIZES, seed=200 + rank, shift=0.3 *
+            rank)[:per_rank]
     ]
     single = _DistNet(sync=False)
     captured = bn_inputs(single, used)
@@ -79,8 +86,8 @@ def check_uneven(results, world_size):
         assert (num, batches) == (10 * per_rank * world_size,
                                   per_rank * world_size)
         for key, val in stats.items():
-            np.testing.assert_allclose(val, expected[key], rtol=1e-6,
-                                       atol=1e-7, err_msg=key)
+            np.testing.assert_allclose(
+                val, expected[key], rtol=1e-6, atol=1e-7, err_msg=key)
 
 
 def _worker_update(rank, world_size):
@@ -89,8 +96,7 @@ def _worker_update(rank, world_size):
         # DDP refuses SyncBN on CPU: wrap the plain-BN variant only
         sync = estimator == 'population'
         model = _DistNet(sync)
-        wrapped = model if sync else nn.parallel.DistributedDataParallel(
-            model)
+        wrapped = model if sync else nn.parallel.DistributedDataParallel(model)
         calls = []
         real = dist.all_reduce
 
@@ -100,9 +106,12 @@ def _worker_update(rank, world_size):
 
         dist.all_reduce = counting
         try:
-            summary = update_bn_stats(wrapped, _rank_batches(rank),
-                                      num_samples=40 * world_size,
-                                      estimator=estimator, progress=False)
+            summary = update_bn_stats(
+                wrapped,
+                _rank_batches(rank),
+                num_samples=40 * world_size,
+                estimator=estimator,
+                progress=False)
         finally:
             dist.all_reduce = real
         out[estimator] = (_stats(model), summary, len(calls))
@@ -117,8 +126,8 @@ def test_distributed_equals_union(world_size):
     for estimator in ESTIMATORS:
         single = _DistNet(estimator == 'population')
         captured = bn_inputs(single, union)
-        summary = update_bn_stats(single, union, 40 * world_size,
-                                  estimator, progress=False)
+        summary = update_bn_stats(
+            single, union, 40 * world_size, estimator, progress=False)
         assert summary['num_batches'] == 3 * world_size
         assert_stats(single, captured, estimator)
         expected = _stats(single)
@@ -129,8 +138,8 @@ def test_distributed_equals_union(world_size):
             assert dsummary['num_batches'] == 3 * world_size
             assert dsummary['num_layers'] == 3
             for key, val in stats.items():
-                np.testing.assert_allclose(val, expected[key], rtol=1e-6,
-                                           atol=1e-7, err_msg=key)
+                np.testing.assert_allclose(
+                    val, expected[key], rtol=1e-6, atol=1e-7, err_msg=key)
                 # bitwise identical on every rank
                 assert np.array_equal(val, results[0][estimator][0][key])
     check_uneven([res['uneven'] for res in results], world_size)
@@ -138,8 +147,9 @@ def test_distributed_equals_union(world_size):
 
 def _worker_fail(rank, world_size):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3),
-                          Bomb(2 if rank == 1 else -1), nn.BatchNorm1d(3))
+    model = nn.Sequential(
+        nn.Linear(4, 3), nn.BatchNorm1d(3), Bomb(2 if rank == 1 else -1),
+        nn.BatchNorm1d(3))
     snap = snapshot(model)
     gen = torch.Generator().manual_seed(rank)
     batches = [torch.randn(8, 4, generator=gen) for _ in range(4)]

@@ -14,8 +14,11 @@ def test_estimator_formulas_against_numpy():
         for x in batches:
             w_mean, w_var = est.weights(len(x))
             mu, v = x.mean(), x.var(ddof=1)
-            sums += [w_mean * mu, w_var * v + (
-                w_mean * mu * mu if est.needs_squares else 0), w_mean, w_var]
+            sums += [
+                w_mean * mu,
+                w_var * v + (w_mean * mu * mu if est.needs_squares else 0),
+                w_mean, w_var
+            ]
         mean_sum, var_sum, mean_w, var_w = map(torch.tensor, sums)
         mean, var = est.finalize(mean_sum, var_sum, mean_w, var_w)
         if est is PopulationEstimator:  # every value, biased variance
@@ -24,7 +27,6 @@ def test_estimator_formulas_against_numpy():
         else:  # equal-weight average of batch statistics
             ref = (np.mean([x.mean() for x in batches]),
                    np.mean([x.var(ddof=1) for x in batches]))
-        np.testing.assert_allclose([float(mean), float(var)], ref,
-                                   rtol=1e-12)
+        np.testing.assert_allclose([float(mean), float(var)], ref, rtol=1e-12)
     assert PopulationEstimator.weights(0) == (0.0, 0.0)
     assert BatchAverageEstimator.weights(0) == (0.0, 0.0)

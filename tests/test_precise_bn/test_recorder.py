@@ -24,10 +24,10 @@ def test_runs_of_equal_batches_are_exact(sizes):
     summary = update_bn_stats(model, batches, sum(sizes), progress=False)
     assert summary['num_batches'] == len(sizes)
     mean, var = _population(model, batches)
-    torch.testing.assert_close(model[1].running_mean.double(), mean,
-                               rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(model[1].running_var.double(), var,
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        model[1].running_mean.double(), mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        model[1].running_var.double(), var, rtol=1e-5, atol=1e-6)
 
 
 def test_a_one_sample_batch_is_skipped_not_fatal(caplog):
@@ -38,10 +38,10 @@ def test_a_one_sample_batch_is_skipped_not_fatal(caplog):
     summary = update_bn_stats(model, batches, 100, progress=False)
     assert (summary['num_batches'], summary['num_samples']) == (2, 16)
     mean, var = _population(model, batches[:2])
-    torch.testing.assert_close(model[1].running_var.double(), var,
-                               rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(model[1].running_mean.double(), mean,
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        model[1].running_var.double(), var, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        model[1].running_mean.double(), mean, rtol=1e-5, atol=1e-6)
 
 
 class _Reporting(nn.Module):

@@ -27,8 +27,8 @@ def test_closed_form(kind, estimator):
     batches = make_batches(INPUT_SHAPES[kind], [7, 16, 5, 12])
     captured = bn_inputs(model, batches)
     snap = snapshot(model)
-    summary = update_bn_stats(model, batches, num_samples=40,
-                              estimator=estimator, progress=False)
+    summary = update_bn_stats(
+        model, batches, num_samples=40, estimator=estimator, progress=False)
     assert_stats(model, captured, estimator)
     assert_restored(model, snap, values=False)
     for name in captured:  # num_batches_tracked is left as it was
@@ -49,8 +49,8 @@ def test_estimators_differ_on_uneven_batches():
     pop, avg = copy.deepcopy(model), copy.deepcopy(model)
     update_bn_stats(pop, batches, 32, 'population', progress=False)
     update_bn_stats(avg, batches, 32, 'batch_average', progress=False)
-    assert not torch.allclose(pop[1].running_var, avg[1].running_var,
-                              rtol=1e-2)
+    assert not torch.allclose(
+        pop[1].running_var, avg[1].running_var, rtol=1e-2)
 
 
 def test_split_invariance():
@@ -71,23 +71,25 @@ def test_split_invariance():
 def test_numerics_large_mean_small_std():
     bn = nn.BatchNorm1d(3)
     gen = torch.Generator().manual_seed(1)
-    batches = [(torch.randn(n, 3, 50, generator=gen, dtype=torch.float64) *
-                0.01 + 100 + 0.003 * i).float()
-               for i, n in enumerate([16, 9, 32, 20])]
+    batches = [
+        (torch.randn(n, 3, 50, generator=gen, dtype=torch.float64) * 0.01 +
+         100 + 0.003 * i).float() for i, n in enumerate([16, 9, 32, 20])
+    ]
     update_bn_stats(bn, batches, 10**6, progress=False, logger='silent')
     values = torch.cat(batches).double().transpose(0, 1).reshape(3, -1)
     truth = values.var(1, unbiased=False)
     rel = (bn.running_var.double() - truth).abs() / truth
     assert rel.max() < 1e-3, rel
-    torch.testing.assert_close(bn.running_mean.double(), values.mean(1),
-                               rtol=1e-7, atol=0)
+    torch.testing.assert_close(
+        bn.running_mean.double(), values.mean(1), rtol=1e-7, atol=0)
 
 
 # -- safety -----
 def test_failure_restores_everything():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3, momentum=None),
-                          Bomb(3), nn.BatchNorm1d(3), nn.GroupNorm(1, 3))
+    model = nn.Sequential(
+        nn.Linear(4, 3), nn.BatchNorm1d(3, momentum=None), Bomb(3),
+        nn.BatchNorm1d(3), nn.GroupNorm(1, 3))
     model[1].running_mean.fill_(0.25)
     calls = []
 
@@ -107,8 +109,8 @@ def test_failure_restores_everything():
     model[2].at = -1
     update_bn_stats(model, batches, 40, progress=False)
     assert len(calls) == 2 + 5 and model[3].forward is custom_forward
-    assert not torch.equal(model[1].running_mean, snap['1']['vals'][
-        'running_mean'])
+    assert not torch.equal(model[1].running_mean,
+                           snap['1']['vals']['running_mean'])
     assert model[1]._buffers['running_mean'] is snap['1']['objs'][
         'running_mean']
 
@@ -122,10 +124,11 @@ class _Spy(nn.Module):
 
     def forward(self, x):
         bn = self.bn[0]
-        self.seen.append((len(bn._forward_pre_hooks), len(bn._forward_hooks),
-                          'forward' in bn.__dict__, bn.momentum,
-                          len(nn.modules.module._global_forward_pre_hooks),
-                          len(nn.modules.module._global_forward_hooks)))
+        self.seen.append(
+            (len(bn._forward_pre_hooks), len(bn._forward_hooks), 'forward'
+             in bn.__dict__, bn.momentum,
+             len(nn.modules.module._global_forward_pre_hooks),
+             len(nn.modules.module._global_forward_hooks)))
         return x
 
 
@@ -134,8 +137,8 @@ def test_no_hooks_and_forward_attribute_removed():
     bn = nn.BatchNorm1d(3)
     spy = _Spy(bn)
     model = nn.Sequential(nn.Linear(4, 3), bn, spy)
-    update_bn_stats(model, [torch.randn(8, 4) for _ in range(3)], 24,
-                    progress=False)
+    update_bn_stats(
+        model, [torch.randn(8, 4) for _ in range(3)], 24, progress=False)
     # during the forwards: no hook anywhere, an instance forward, momentum 1
     assert spy.seen == [(0, 0, True, 1.0, 0, 0)] * 3
     assert 'forward' not in bn.__dict__ and bn.momentum == 0.1
@@ -201,9 +204,10 @@ def test_frozen_skipped_and_other_norms():
 def test_batch_sampler_loader_without_batch_size():
     model = make_model('bn1d_2d')
     data = make_batches((6, ), [45], seed=5)[0]
-    loader = DataLoader(TensorDataset(data),
-                        batch_sampler=BatchSampler(SequentialSampler(data),
-                                                   10, drop_last=False))
+    loader = DataLoader(
+        TensorDataset(data),
+        batch_sampler=BatchSampler(
+            SequentialSampler(data), 10, drop_last=False))
     assert loader.batch_size is None
     captured = bn_inputs(model, [b[0] for b in loader])
     summary = update_bn_stats(model, loader, 45, progress=False)
@@ -217,8 +221,8 @@ def test_short_loader_warns_and_uses_everything(caplog):
     captured = bn_inputs(model, batches)
     logger = logging.getLogger('mmstats.test_precise_bn')
     with caplog.at_level(logging.WARNING, logger=logger.name):
-        summary = update_bn_stats(model, batches, 1000, progress=False,
-                                  logger=logger)
+        summary = update_bn_stats(
+            model, batches, 1000, progress=False, logger=logger)
     assert 'ran out after 15 samples' in caplog.text
     assert summary['num_samples'] == 15
     assert_stats(model, captured, 'population')
@@ -268,8 +272,8 @@ def test_infinite_iterables_stop_at_num_samples():
     summary = update_bn_stats(model, endless(), 35, progress=False)
     assert summary['num_samples'] == 40 and len(pulled) == 4
     dataset = _Endless()
-    summary = update_bn_stats(model, DataLoader(dataset, batch_size=8), 20,
-                              progress=False)
+    summary = update_bn_stats(
+        model, DataLoader(dataset, batch_size=8), 20, progress=False)
     assert summary['num_samples'] == 24 and summary['num_batches'] == 3
     assert dataset.pulled == 24
 
@@ -291,8 +295,8 @@ def test_shared_bn_called_twice():
         batches = make_batches((3, ), [8, 12, 6], seed=9)
         captured = bn_inputs(model, batches)
         assert len(captured['bn']) == 6  # every call is its own "batch"
-        summary = update_bn_stats(model, batches, 26, estimator,
-                                  progress=False)
+        summary = update_bn_stats(
+            model, batches, 26, estimator, progress=False)
         assert summary['num_samples'] == 26
         assert_stats(model, captured, estimator)
 
@@ -311,8 +315,8 @@ def test_base_model_with_data_preprocessor():
     class Net(BaseModel):
 
         def __init__(self):
-            super().__init__(data_preprocessor=Pre(
-                mean=[1., 2., 3.], std=[2., 3., 4.]))
+            super().__init__(
+                data_preprocessor=Pre(mean=[1., 2., 3.], std=[2., 3., 4.]))
             self.conv = nn.Conv2d(3, 4, 3)
             self.bn = nn.BatchNorm2d(4)
 
@@ -323,9 +327,13 @@ def test_base_model_with_data_preprocessor():
     torch.manual_seed(0)
     model = Net()
     gen = torch.Generator().manual_seed(2)
-    loader = [dict(inputs=[torch.rand(3, 7, 7, generator=gen) * 255
-                           for _ in range(n)], data_samples=None)
-              for n in (5, 9, 4)]
+    loader = [
+        dict(
+            inputs=[
+                torch.rand(3, 7, 7, generator=gen) * 255 for _ in range(n)
+            ],
+            data_samples=None) for n in (5, 9, 4)
+    ]
     pre = [model.data_preprocessor(b, False)['inputs'] for b in loader]
     captured = bn_inputs(model, pre, call=lambda m, x: m(x))
     flags.clear()
@@ -337,8 +345,7 @@ def test_base_model_with_data_preprocessor():
 
 def test_global_rng_state_unchanged():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 5), nn.Dropout(0.5),
-                          nn.BatchNorm1d(5))
+    model = nn.Sequential(nn.Linear(6, 5), nn.Dropout(0.5), nn.BatchNorm1d(5))
     batches = make_batches((6, ), [8, 8])
 
     def draws():
@@ -352,8 +359,8 @@ def test_global_rng_state_unchanged():
     torch.manual_seed(5)
     np.random.seed(5)
     random.seed(5)
-    loader = DataLoader(TensorDataset(torch.cat(batches)), batch_size=8,
-                        shuffle=True)
+    loader = DataLoader(
+        TensorDataset(torch.cat(batches)), batch_size=8, shuffle=True)
     update_bn_stats(model, loader, 16, progress=False)
     assert draws() == expected
     # the context manager on its own, also on an exception: the draws
@@ -393,11 +400,15 @@ def test_forward_context_and_no_layers():
             return False
 
     model = make_model('bn1d_2d')
-    update_bn_stats(model, make_batches((6, ), [4, 4, 4]), 12,
-                    forward_context=Ctx, progress=False)
+    update_bn_stats(
+        model,
+        make_batches((6, ), [4, 4, 4]),
+        12,
+        forward_context=Ctx,
+        progress=False)
     assert len(entered) == 3
-    summary = update_bn_stats(nn.Linear(2, 2), [torch.randn(3, 2)], 3,
-                              progress=False)
+    summary = update_bn_stats(
+        nn.Linear(2, 2), [torch.randn(3, 2)], 3, progress=False)
     assert summary['num_layers'] == 0 and summary['num_samples'] == 0
 
 

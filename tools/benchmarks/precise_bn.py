@@ -50,8 +50,11 @@ def mlp() -> nn.Module:
 def convnet() -> nn.Module:
     layers, cin = [], 3
     for cout, stride in ((16, 1), (32, 2), (32, 1), (64, 2)):
-        layers += [nn.Conv2d(cin, cout, 3, stride, padding=1),
-                   nn.BatchNorm2d(cout), nn.ReLU()]
+        layers += [
+            nn.Conv2d(cin, cout, 3, stride, padding=1),
+            nn.BatchNorm2d(cout),
+            nn.ReLU()
+        ]
         cin = cout
     return nn.Sequential(*layers)
 
@@ -59,7 +62,8 @@ def convnet() -> nn.Module:
 def methods(batch_size: int, num_batches: int):
     """name -> callable(model, data), or name -> reason it is missing."""
     out = {
-        'mmstats': lambda m, d: update_bn_stats(
+        'mmstats':
+        lambda m, d: update_bn_stats(
             m, d, num_samples=batch_size * num_batches, progress=False),
     }
     try:
@@ -163,8 +167,11 @@ def bench_hook(runs: int = 6, num_samples: int = 512) -> None:
         if workers and not persistent:
             loader = hook._loader
             hook._loader = torch.utils.data.DataLoader(
-                loader.dataset, batch_size=32, sampler=loader.sampler,
-                num_workers=workers, persistent_workers=False)
+                loader.dataset,
+                batch_size=32,
+                sampler=loader.sampler,
+                num_workers=workers,
+                persistent_workers=False)
         times = []
         for _ in range(runs):
             start = time.perf_counter()
@@ -194,8 +201,9 @@ def _dist_worker(rank, world_size, port, repeats, queue):
     torch.set_num_threads(1)
     dist.init_process_group('gloo', rank=rank, world_size=world_size)
     try:
-        tensors = [torch.randn(c) for c in resnet50_bn_channels()
-                   for _ in range(2)]
+        tensors = [
+            torch.randn(c) for c in resnet50_bn_channels() for _ in range(2)
+        ]
         flat = torch.cat(tensors)
 
         def ours():
@@ -219,8 +227,11 @@ def _dist_worker(rank, world_size, port, repeats, queue):
             for t in tensors:
                 t.div_(world_size)
 
-        fns = dict(scaled_all_reduce=ours, flat=one_flat,
-                   manual_cat_copy_back=manual, per_tensor=loop)
+        fns = dict(
+            scaled_all_reduce=ours,
+            flat=one_flat,
+            manual_cat_copy_back=manual,
+            per_tensor=loop)
         times = {k: [] for k in fns}
         for rep in range(repeats + 3):
             for key, fn in fns.items():
@@ -230,8 +241,10 @@ def _dist_worker(rank, world_size, port, repeats, queue):
                 took = time.perf_counter() - start
                 if rep >= 3:
                     times[key].append(took)
-        queue.put((rank, {k: statistics.median(v) for k, v in times.items()},
-                   len(tensors), flat.numel()))
+        queue.put((rank, {
+            k: statistics.median(v)
+            for k, v in times.items()
+        }, len(tensors), flat.numel()))
     finally:
         dist.destroy_process_group()
 
@@ -263,12 +276,10 @@ def bench_all_reduce(repeats):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--batches', type=int, nargs='+',
-                        default=[24, 128])
+    parser.add_argument('--batches', type=int, nargs='+', default=[24, 128])
     parser.add_argument('--repeats', type=int, default=15)
     parser.add_argument('--threads', type=int, default=1)
-    parser.add_argument('--only',
-                        choices=['overhead', 'hook', 'all_reduce'])
+    parser.add_argument('--only', choices=['overhead', 'hook', 'all_reduce'])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, threads: {torch.get_num_threads()}')
@@ -287,9 +298,9 @@ def bench_overheads(args):
                        [torch.randn(64, 256) for _ in range(num_batches)],
                        args.repeats)
     for num_batches in args.batches:
-        bench_overhead('4 x [Conv2d, BN2d, ReLU] on 3x32x32', convnet(),
-                       [torch.randn(32, 3, 32, 32)
-                        for _ in range(num_batches)], args.repeats)
+        bench_overhead('4 x [Conv2d, BN2d, ReLU] on 3x32x32', convnet(), [
+            torch.randn(32, 3, 32, 32) for _ in range(num_batches)
+        ], args.repeats)
 
 
 if __name__ == '__main__':
