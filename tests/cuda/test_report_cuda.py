@@ -34,9 +34,11 @@ def clean_state():
 
 def _values():
     gen = torch.Generator().manual_seed(0)
-    return {name: (torch.randn(shape, generator=gen, dtype=torch.float64) *
-                   2 + 1).to(dtype).cuda()
-            for name, (shape, dtype) in SHAPES.items()}
+    return {
+        name: (torch.randn(shape, generator=gen, dtype=torch.float64) * 2 +
+               1).to(dtype).cuda()
+        for name, (shape, dtype) in SHAPES.items()
+    }
 
 
 def _check(collector, refs):
