@@ -17,7 +17,7 @@ When some rank has new names, the ranks agree on their sorted union
 table. See ``docs/stats.md`` for the rationale and the costs.
 """
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -102,8 +102,11 @@ def sum_blocks(fns: ReduceFns,
     return out
 
 
-def reduce_moments(local: np.ndarray, low: np.ndarray, high: np.ndarray,
-                   fns: ReduceFns) -> np.ndarray:
+def reduce_moments(local: np.ndarray,
+                   low: np.ndarray,
+                   high: np.ndarray,
+                   fns: ReduceFns,
+                   extra: Optional[np.ndarray] = None) -> Tuple[np.ndarray, ...]:
     """Merge each rank's rows of the same table into global rows.
 
     Two all_reduce SUM of fixed size per name. Sums are taken around a
@@ -115,16 +118,22 @@ def reduce_moments(local: np.ndarray, low: np.ndarray, high: np.ndarray,
         low (np.ndarray): ``(T, )`` global minimum (inf if no finite value).
         high (np.ndarray): ``(T, )`` global maximum (-inf if none).
         fns (ReduceFns): The collectives.
+        extra (np.ndarray, optional): A float64 block summed over ranks in
+            the first SUM (e.g. sketch bucket counts). Defaults to None.
 
     Returns:
-        np.ndarray: ``(T, ROW_WIDTH)`` global rows, identical on all ranks.
+        tuple[np.ndarray, np.ndarray | None]: ``(T, ROW_WIDTH)`` global
+        rows, identical on all ranks, and the summed ``extra``.
     """
     n_i, mean_i = local[:, N], local[:, MEAN]
     has_finite = high >= low
     ref = 0.5 * np.where(has_finite, low, 0.) + 0.5 * np.where(
         has_finite, high, 0.)
-    n, shifted, nonfinite = sum_blocks(
-        fns, [np.stack([n_i, n_i * (mean_i - ref), local[:, NONFINITE]])])[0]
+    blocks = [np.stack([n_i, n_i * (mean_i - ref), local[:, NONFINITE]])]
+    if extra is not None:
+        blocks.append(extra)
+    summed = sum_blocks(fns, blocks)
+    n, shifted, nonfinite = summed[0]
     n_safe = np.maximum(n, 1.)
     mean = ref + shifted / n_safe
     dev = np.where(n_i > 0, mean_i - mean, 0.)
@@ -136,7 +145,7 @@ def reduce_moments(local: np.ndarray, low: np.ndarray, high: np.ndarray,
     rows[:, MEAN] = mean + fix
     rows[:, M2] = np.maximum(m2_sum - n * fix * fix, 0.)
     rows[:, MIN], rows[:, MAX] = low, high
-    return rows
+    return rows, (summed[1] if extra is not None else None)
 
 
 class NameTable:
@@ -250,6 +259,26 @@ class NameTable:
         Raises:
             RankFailure: On every rank if some rank ``failed``.
         """
+        return self.sync_with(names, rows, fns, failed)[:2]
+
+    def sync_with(self,
+                  names: List[str],
+                  rows: np.ndarray,
+                  fns: ReduceFns,
+                  failed: bool = False,
+                  extra: Optional[Callable[[List[str]], np.ndarray]] = None
+                  ) -> Tuple[List[str], np.ndarray, Optional[np.ndarray]]:
+        """:meth:`sync`, plus a per-name block summed in the same SUM.
+
+        Args:
+            extra (Callable, optional): Called with the agreed table, returns
+                this rank's ``(len(table), k)`` float64 block (the same ``k``
+                on every rank). Defaults to None.
+
+        Returns:
+            tuple: The names, their rows and their summed ``extra`` rows
+            (None without ``extra``).
+        """
         has_new = any(name not in self._index for name in names)
         header = np.array([fns.rank + 1. if failed else 0., float(has_new)])
         local = self._align(self.names, names, rows)
@@ -260,17 +289,20 @@ class NameTable:
         if head[HEADER_NEW]:
             local, low, high = self._admit(names, rows, fns)
         if not self.names:
-            return [], np.zeros((0, ROW_WIDTH))
-        merged = reduce_moments(local, low, high, fns)
-        return self._evict(merged)
+            return [], np.zeros((0, ROW_WIDTH)), None
+        block = None if extra is None else extra(self.names)
+        merged, summed = reduce_moments(local, low, high, fns, block)
+        return self._evict(merged, summed)
 
-    def _evict(self, merged: np.ndarray) -> Tuple[List[str], np.ndarray]:
+    def _evict(self, merged: np.ndarray,
+               summed: Optional[np.ndarray]) -> Tuple[Any, ...]:
         """Count idle updates; drop names idle for ``evict_after``."""
         active = merged[:, N] + merged[:, NONFINITE] > 0
         self._idle = np.where(active, 0, self._idle + 1)
         keep = self._idle < self.evict_after
         if keep.all():
-            return self.names, merged
+            return self.names, merged, summed
         self._set_names([n for n, k in zip(self.names, keep.tolist()) if k],
                         self._idle[keep])
-        return self.names, merged[keep]
+        return (self.names, merged[keep],
+                None if summed is None else summed[keep])

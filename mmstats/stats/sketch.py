@@ -17,13 +17,15 @@ buckets (the accuracy guarantee holds inside the range); NaN / inf values
 are not counted. See ``docs/quantiles.md``.
 """
 import math
+import threading
 from typing import Any, Dict, List, Sequence, Union
 
 import numpy as np
 import torch
 
 __all__ = [
-    'LogBuckets', 'DEFAULT_BUCKETS', 'PendingSketches', 'bucket_counts',
+    'LogBuckets', 'DEFAULT_BUCKETS', 'PendingSketches', 'SKETCHES',
+    'bucket_counts',
     'group_bucket_counts', 'quantiles'
 ]
 
@@ -213,20 +215,26 @@ class PendingSketches:
     def __init__(self, buckets: LogBuckets = DEFAULT_BUCKETS) -> None:
         self.buckets = buckets
         self.counts: Dict[str, Dict[Any, torch.Tensor]] = {}
+        # True while some live collector sketches (read off the fast path)
+        self.enabled = False
+        # reporting threads add here; flush() takes
+        self.lock = threading.Lock()
 
     def reset(self) -> None:
         """Drop every pending count."""
-        self.counts.clear()
+        with self.lock:
+            self.counts.clear()
 
     def add(self, name: str, values: torch.Tensor) -> None:
         """Count ``values`` under ``name`` (no sync)."""
         counts = self.buckets.bucket_counts(values)
-        per_device = self.counts.setdefault(name, {})
-        total = per_device.get(counts.device)
-        if total is None:
-            per_device[counts.device] = counts
-        else:
-            total.add_(counts)
+        with self.lock:
+            per_device = self.counts.setdefault(name, {})
+            total = per_device.get(counts.device)
+            if total is None:
+                per_device[counts.device] = counts
+            else:
+                total.add_(counts)
 
     def add_many(self, name: str, tensors: List[torch.Tensor]) -> None:
         """Count several tensors (one kernel sequence per device)."""
@@ -247,11 +255,17 @@ class PendingSketches:
         """
         out = self.buckets.group_bucket_counts(values, segs, len(names))
         index = {name: i for i, name in enumerate(names)}
-        for name, per_device in self.counts.items():
-            for counts in per_device.values():
-                out[index[name]] += counts.cpu().numpy()
-        self.counts.clear()
+        with self.lock:
+            pending, self.counts = self.counts, {}
+        for name, per_device in pending.items():
+            if name in index:  # else reset since: dropped with its rows
+                for counts in per_device.values():
+                    out[index[name]] += counts.cpu().numpy()
         return out
+
+
+# Counts of values reduced before the flush, shared by every thread's store.
+SKETCHES = PendingSketches()
 
 
 def bucket_counts(values: torch.Tensor,

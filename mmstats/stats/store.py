@@ -10,6 +10,7 @@ import torch
 
 from .moments import (compact_rows, compact_tensors, merge_rows, reduce_groups,
                       reduce_values)
+from .sketch import SKETCHES
 from .values import check_tensor
 
 __all__ = ['PendingStore', 'RootStore']
@@ -94,6 +95,8 @@ class PendingStore:
 
     def compact_numbers(self, name: str) -> None:
         values = torch.tensor(self.numbers.pop(name), dtype=_F64)
+        if SKETCHES.enabled:
+            SKETCHES.add(name, values)
         self.add_row(name, reduce_values(values)[0])
 
     def add_tensor(self, name: str, value: torch.Tensor) -> None:
@@ -106,6 +109,8 @@ class PendingStore:
             value = value.detach()
         check_tensor(name, value)
         if numel > LARGE_NUMEL:
+            if SKETCHES.enabled:
+                SKETCHES.add(name, value)
             self.add_row(name, reduce_values(value.reshape(-1).to(_F64))[0])
             return
         # A float64 copy: later in-place changes by the caller cannot leak in.
@@ -117,6 +122,8 @@ class PendingStore:
         tensors.append(value)
         if len(tensors) >= MAX_PENDING_TENSORS:
             del self.tensors[name]
+            if SKETCHES.enabled:
+                SKETCHES.add_many(name, tensors)
             for row in compact_tensors(tensors):
                 self.add_row(name, row)
 
@@ -128,12 +135,25 @@ class PendingStore:
             tuple[list[str], Tensor]: The sorted names and their merged
             ``(len(names), ROW_WIDTH)`` float64 CPU rows.
         """
+        names, merged, _ = self.flush_with_sketches(False)
+        return names, merged
+
+    def flush_with_sketches(self, sketch: bool = True) -> tuple:
+        """:meth:`flush`, plus the names' sketch counts
+        (``(len(names), size)``, see ``docs/quantiles.md``) if ``sketch``
+        and some collector sketches, else None."""
         nums, tensors, rows, empty = self.take()
         names = sorted({*nums, *tensors, *rows, *empty})
         if not names:
-            return names, torch.zeros(0, 6, dtype=_F64)
+            SKETCHES.reset()
+            return names, torch.zeros(0, 6, dtype=_F64), None
         index = {name: i for i, name in enumerate(names)}
         values, segs = _host_values(nums, tensors, index)
+        counts = None
+        if sketch and SKETCHES.enabled:
+            counts = SKETCHES.flush(names, values, segs)
+        else:
+            SKETCHES.reset()
         merged = torch.from_numpy(reduce_groups(values, segs, len(names)))
         flat_rows, flat_index = [], []
         for name, name_rows in rows.items():
@@ -147,7 +167,7 @@ class PendingStore:
                 torch.cat([present,
                            torch.tensor(flat_index, dtype=torch.long)]),
                 len(names))
-        return names, merged
+        return names, merged, counts
 
 
 def _host_values(nums: Dict[str, list], tensors: Dict[str, list],
