@@ -18,6 +18,12 @@ DATA_BATCH = Optional[Union[dict, tuple, list]]
 DEFAULT_INTERVAL = 10
 NONFINITE_ACTIONS = ('warn', 'raise', 'ignore')
 TIMING_NAMES = ('time', 'data_time')  # the log line shows their max
+QUANTILE = re.compile(r'p(100|\d\d?(\.\d+)?)')  # 'p50', 'p99.9'
+
+
+def _is_stat(stat) -> bool:
+    return stat in STAT_NAMES or (isinstance(stat, str)
+                                  and QUANTILE.fullmatch(stat) is not None)
 
 
 @HOOKS.register_module()
@@ -48,7 +54,9 @@ class StatsCollectorHook(Hook):
             inline flags such as ``'(?i)loss'`` are allowed at its start.
             Defaults to ``'.*'``.
         stats (Sequence[str]): Statistics to publish, from ``'num'``,
-            ``'mean'``, ``'std'``, ``'min'``, ``'max'``, ``'nonfinite'``.
+            ``'mean'``, ``'std'``, ``'min'``, ``'max'``, ``'nonfinite'`` and
+            quantiles ``'pNN'`` (e.g. ``'p50'``, ``'p99.9'``; the collectors
+            then keep quantile sketches, within 1% relative).
             Defaults to ``('mean', 'std', 'min', 'max')``.
         log_stats (Sequence[str]): The subset of ``stats`` shown in the text
             log line (keeps lines short). Defaults to ``('mean', )``.
@@ -94,20 +102,21 @@ class StatsCollectorHook(Hook):
             raise ValueError('StatsCollectorHook: interval must be None (the '
                              f'LoggerHook interval) or a positive int, got '
                              f'{interval!r}')
-        for name, flag in (('by_epoch', by_epoch),
-                           ('collect_outputs', collect_outputs),
-                           ('collect_timing', collect_timing),
-                           ('keep_previous', keep_previous)):
+        for name, flag in (('by_epoch', by_epoch), ('collect_outputs',
+                                                    collect_outputs),
+                           ('collect_timing',
+                            collect_timing), ('keep_previous', keep_previous)):
             if not isinstance(flag, bool):
                 raise TypeError(f'StatsCollectorHook: {name} must be a bool '
                                 f'(True or False), got {flag!r}')
         for name, value in (('stats', stats), ('log_stats', log_stats)):
             if isinstance(value, str) or not isinstance(
-                    value, Sequence) or not value or not set(value) <= set(
-                        STAT_NAMES):
+                    value, Sequence) or not value or not all(
+                        _is_stat(stat) for stat in value):
                 raise ValueError(
                     f'StatsCollectorHook: {name} must be a non-empty list '
-                    f'of {STAT_NAMES}, e.g. {name}=("mean",), got {value!r}')
+                    f'of {STAT_NAMES} or quantiles "pNN" (e.g. "p99"), e.g. '
+                    f'{name}=("mean",), got {value!r}')
         if not set(log_stats) <= set(stats):
             raise ValueError(f'StatsCollectorHook: log_stats {log_stats!r} '
                              f'must be a subset of stats {stats!r}')
@@ -135,11 +144,15 @@ class StatsCollectorHook(Hook):
         self.collect_outputs = collect_outputs
         self.collect_timing = collect_timing
         self.on_nonfinite = on_nonfinite
-        patterns = dict(train=rf'^(?!val/|test/)(?:{scoped})$',
-                        val=rf'^val/(?:{scoped})$',
-                        test=rf'^test/(?:{scoped})$')
+        patterns = dict(
+            train=rf'^(?!val/|test/)(?:{scoped})$',
+            val=rf'^val/(?:{scoped})$',
+            test=rf'^test/(?:{scoped})$')
+        self.quantiles = {stat: float(stat[1:]) / 100 for stat in stats
+                          if stat not in STAT_NAMES}
         self.collectors = {
-            mode: Collector(pattern, keep_previous, max_names=max_names)
+            mode: Collector(pattern, keep_previous, max_names=max_names,
+                            sketch=bool(self.quantiles))
             for mode, pattern in patterns.items()
         }
         self._logger = None
@@ -151,8 +164,8 @@ class StatsCollectorHook(Hook):
     def before_run(self, runner) -> None:
         self._logger = find_logger_hook(runner)
         if self.interval is None:
-            self.interval = (self._logger.interval
-                             if self._logger else DEFAULT_INTERVAL)
+            self.interval = (
+                self._logger.interval if self._logger else DEFAULT_INTERVAL)
 
     # -- publishing ------------------------------------------------------
     def collect(self, mode: str) -> Dict[str, Dict[str, float]]:
@@ -160,16 +173,22 @@ class StatsCollectorHook(Hook):
         and return ``{name: {stat: value}}``."""
         collector = self.collectors[mode]
         collector.update()
-        return collector.as_dict()
+        results = collector.as_dict()
+        for name, values in results.items():
+            for stat, q in self.quantiles.items():
+                values[stat] = collector.quantile(name, q)
+        return results
 
     def _check_nonfinite(self, runner, results: dict) -> None:
-        bad = {name: int(values['nonfinite'])
-               for name, values in results.items() if values['nonfinite']}
+        bad = {
+            name: int(values['nonfinite'])
+            for name, values in results.items() if values['nonfinite']
+        }
         self._nonfinite_names.update(bad)
         if not bad or self.on_nonfinite == 'ignore':
             return
-        where = (f'iteration {runner.iter + 1}' if runner.iter is not None
-                 else 'this interval')
+        where = (f'iteration {runner.iter + 1}'
+                 if runner.iter is not None else 'this interval')
         text = ', '.join(f'{name} ({count} NaN/inf)'
                          for name, count in sorted(bad.items()))
         message = (f'StatsCollectorHook: non-finite values reported at '
@@ -197,8 +216,7 @@ class StatsCollectorHook(Hook):
                 value = values[stat]
                 if value == value:  # skip NaN: nothing reported yet
                     scalars[f'{prefix}{name}/{stat}'] = value
-            if (self.on_nonfinite != 'ignore'
-                    and 'nonfinite' not in stats
+            if (self.on_nonfinite != 'ignore' and 'nonfinite' not in stats
                     and name in self._nonfinite_names):
                 scalars[f'{prefix}{name}/nonfinite'] = values['nonfinite']
         return scalars
@@ -246,15 +264,21 @@ class StatsCollectorHook(Hook):
     def before_test(self, runner) -> None:
         enable_worker_reporting(runner)
 
-    def before_train_iter(self, runner, batch_idx: int,
+    def before_train_iter(self,
+                          runner,
+                          batch_idx: int,
                           data_batch: DATA_BATCH = None) -> None:
         deliver_worker_reports(data_batch)
 
-    def before_val_iter(self, runner, batch_idx: int,
+    def before_val_iter(self,
+                        runner,
+                        batch_idx: int,
                         data_batch: DATA_BATCH = None) -> None:
         deliver_worker_reports(data_batch)
 
-    def before_test_iter(self, runner, batch_idx: int,
+    def before_test_iter(self,
+                         runner,
+                         batch_idx: int,
                          data_batch: DATA_BATCH = None) -> None:
         deliver_worker_reports(data_batch)
 
@@ -275,8 +299,9 @@ class StatsCollectorHook(Hook):
         logged = logger is not None and logs_train_line(
             runner, batch_idx, logger.interval, logger.ignore_last)
         ours = logs_train_line(runner, batch_idx, self.interval, True)
-        epoch_end = (isinstance(runner.train_loop, EpochBasedTrainLoop)
-                     and batch_idx + 1 == len(runner.train_dataloader))
+        epoch_end = (
+            isinstance(runner.train_loop, EpochBasedTrainLoop)
+            and batch_idx + 1 == len(runner.train_dataloader))
         if logged or ours or epoch_end:
             self._publish(runner, 'train', logged, step=runner.iter + 1)
 

@@ -40,6 +40,8 @@ def _no_pending_values():
     (dict(prefix=''), 'prefix must be a non-empty str'),
     (dict(on_nonfinite='stop'), 'on_nonfinite must be one of'),
     (dict(max_names=0), 'max_names must be a positive int'),
+    (dict(stats=('mean', 'p101')), 'or quantiles "pNN"'),
+    (dict(stats=('mean', 'p')), 'or quantiles "pNN"'),
     (dict(max_names=2.0), 'max_names must be a positive int'),
 ])
 def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, match):
@@ -62,15 +64,18 @@ def test_inline_flags_in_regex():
 
 
 # ------------------------------------------------------ mocked-Runner logic
-def mock_runner(epoch_len, loop=EpochBasedTrainLoop, logger_interval=None,
+def mock_runner(epoch_len,
+                loop=EpochBasedTrainLoop,
+                logger_interval=None,
                 ignore_last=True):
     runner = MagicMock()
     runner.train_loop = MagicMock(spec=loop)
     runner.train_dataloader = list(range(epoch_len))
     runner.hooks = []
     if logger_interval:
-        runner.hooks = [LoggerHook(interval=logger_interval,
-                                   ignore_last=ignore_last)]
+        runner.hooks = [
+            LoggerHook(interval=logger_interval, ignore_last=ignore_last)
+        ]
     runner.message_hub.log_scalars = {}
     published = []  # (step, every statistic): the hub keys without mode
 
@@ -95,18 +100,24 @@ def drive(hook, runner, iters, epoch_len):
     return values
 
 
-@pytest.mark.parametrize('loop, interval, ignore_last, expected', [
-    # 2 epochs of 23 iterations, LoggerHook every 10 inner iterations
-    (EpochBasedTrainLoop, None, True, [10, 20, 23, 33, 43, 46]),
-    (EpochBasedTrainLoop, None, False, [10, 20, 23, 33, 43, 46]),
-    (EpochBasedTrainLoop, 5, True, [5, 10, 15, 20, 23, 28, 33, 38, 43, 46]),
-    # iteration-based: global iterations (and LoggerHook's end_of_epoch)
-    (IterBasedTrainLoop, None, True, [10, 20, 30, 40]),
-])
+@pytest.mark.parametrize(
+    'loop, interval, ignore_last, expected',
+    [
+        # 2 epochs of 23 iterations, LoggerHook every 10 inner iterations
+        (EpochBasedTrainLoop, None, True, [10, 20, 23, 33, 43, 46]),
+        (EpochBasedTrainLoop, None, False, [10, 20, 23, 33, 43, 46]),
+        (EpochBasedTrainLoop, 5, True, [5, 10, 15, 20, 23, 28, 33, 38, 43, 46
+                                        ]),
+        # iteration-based: global iterations (and LoggerHook's end_of_epoch)
+        (IterBasedTrainLoop, None, True, [10, 20, 30, 40]),
+    ])
 def test_publications_follow_logger_hook_and_epoch_ends(
         loop, interval, ignore_last, expected):
-    hook = StatsCollectorHook(interval=interval, collect_outputs=False,
-                              collect_timing=False, stats=('mean', 'num'))
+    hook = StatsCollectorHook(
+        interval=interval,
+        collect_outputs=False,
+        collect_timing=False,
+        stats=('mean', 'num'))
     epoch_len = 23 if loop is EpochBasedTrainLoop else 1000
     runner, published = mock_runner(epoch_len, loop, 10, ignore_last)
     hook.before_run(runner)
@@ -117,8 +128,8 @@ def test_publications_follow_logger_hook_and_epoch_ends(
     for step, scalars in published:  # each covers exactly its iterations
         window = values[start:step]
         assert scalars['stats/x/num'] == len(window)
-        np.testing.assert_allclose(scalars['stats/x/mean'], np.mean(window),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            scalars['stats/x/mean'], np.mean(window), rtol=1e-12)
         start = step
 
 
@@ -131,21 +142,24 @@ def test_no_logger_hook_publishes_every_10_iterations():
 
 
 def test_collect_outputs_reports_train_step_losses():
-    hook = StatsCollectorHook(interval=2, stats=('mean', 'num'),
-                              collect_timing=False)
+    hook = StatsCollectorHook(
+        interval=2, stats=('mean', 'num'), collect_timing=False)
     runner, published = mock_runner(100, IterBasedTrainLoop)
     hook.before_run(runner)
     for it, loss in enumerate([0.5, 1.5]):
         runner.iter = it
-        hook.after_train_iter(runner, it,
-                              outputs=dict(loss=torch.tensor(loss)))
+        hook.after_train_iter(
+            runner, it, outputs=dict(loss=torch.tensor(loss)))
     expected = {'stats/loss/mean': 1.0, 'stats/loss/num': 2.0}
     assert published == [(2, expected)]
 
 
 def test_values_reported_during_validation_are_kept_apart():
-    hook = StatsCollectorHook(interval=1, collect_outputs=False,
-                              collect_timing=False, stats=('mean', ))
+    hook = StatsCollectorHook(
+        interval=1,
+        collect_outputs=False,
+        collect_timing=False,
+        stats=('mean', ))
     runner, published = mock_runner(100, IterBasedTrainLoop, 1)
     hook.before_run(runner)
     runner.iter, runner.epoch = 0, 0
@@ -154,16 +168,21 @@ def test_values_reported_during_validation_are_kept_apart():
     report('z', 100.0)
     hook.after_val_epoch(runner)
     hook.after_train_iter(runner, 0)
-    hub = {c.args[0]: c.args[1]
-           for c in runner.message_hub.update_scalar.call_args_list}
+    hub = {
+        c.args[0]: c.args[1]
+        for c in runner.message_hub.update_scalar.call_args_list
+    }
     assert hub['stats/val/z/mean'] == 100.0
     assert hub['train/z/mean'] == 1.0  # the text line's short key
 
 
 @pytest.mark.parametrize('action', ['warn', 'raise', 'ignore'])
 def test_nonfinite_actions(action, caplog):
-    hook = StatsCollectorHook(interval=2, collect_outputs=False,
-                              collect_timing=False, on_nonfinite=action)
+    hook = StatsCollectorHook(
+        interval=2,
+        collect_outputs=False,
+        collect_timing=False,
+        on_nonfinite=action)
     runner, published = mock_runner(100, IterBasedTrainLoop, 2)
     hook.before_run(runner)
     runner.iter = 0
@@ -172,13 +191,15 @@ def test_nonfinite_actions(action, caplog):
     runner.iter = 1
     report('loss', math.nan)
     if action == 'raise':
-        with pytest.raises(FloatingPointError,
-                           match=r'iteration 2 .*loss \(1 NaN/inf\)'):
+        with pytest.raises(
+                FloatingPointError, match=r'iteration 2 .*loss \(1 NaN/inf\)'):
             hook.after_train_iter(runner, 1)
         return
     hook.after_train_iter(runner, 1)
-    hub = {c.args[0]: c.args[1]
-           for c in runner.message_hub.update_scalar.call_args_list}
+    hub = {
+        c.args[0]: c.args[1]
+        for c in runner.message_hub.update_scalar.call_args_list
+    }
     assert hub['train/loss/mean'] == 1.0  # the finite values
     assert hub['stats/loss/mean'] == 1.0
     if action == 'warn':
@@ -194,3 +215,16 @@ def test_max_names_reaches_the_collectors():
     with pytest.warns(UserWarning):
         names = list(hook.collect('train'))
     assert names == ['a', 'b']  # the first in sorted order are admitted
+
+
+def test_quantiles_are_published():
+    hook = StatsCollectorHook(stats=('mean', 'p50', 'p99.9'),
+                              collect_timing=False)
+    assert not StatsCollectorHook().collectors['train']._sketch
+    values = np.arange(1., 1001.)
+    report('x', torch.from_numpy(values))
+    result = hook.collect('train')['x']
+    for stat, q in (('p50', 0.5), ('p99.9', 0.999)):
+        ref = np.quantile(values, q, method='lower')
+        assert result[stat] == pytest.approx(ref, rel=0.01)
+    assert result['mean'] == 500.5
