@@ -8,8 +8,9 @@ from mmstats.dist import get_rank, get_world_size, scaled_all_reduce
 from tests.helpers.dist import run_distributed
 
 SHAPES = [(3, ), (2, 5), (), (4, 1, 3), (7, )]
-DTYPES = [torch.float32, torch.float64, torch.float32, torch.float16,
-          torch.float64]
+DTYPES = [
+    torch.float32, torch.float64, torch.float32, torch.float16, torch.float64
+]
 
 
 def _make(rank: int):
@@ -66,19 +67,20 @@ def test_scaled_all_reduce_exact_in_place(world_size):
         # one collective per (device, dtype) bucket: float16, 32, 64
         assert len(res['calls']) == 3
         assert sorted(str(d) for d, _ in res['calls']) == [
-            'torch.float16', 'torch.float32', 'torch.float64']
+            'torch.float16', 'torch.float32', 'torch.float64'
+        ]
         for i, got in enumerate(res['out']):
             got = torch.from_numpy(got)
             ref = sum(inp[i].double() for inp in inputs) / world_size
             assert got.dtype == inputs[0][i].dtype
             assert got.shape == inputs[0][i].shape
             if got.dtype == torch.float16:
-                torch.testing.assert_close(got.double(), ref, rtol=2e-3,
-                                           atol=2e-3)
+                torch.testing.assert_close(
+                    got.double(), ref, rtol=2e-3, atol=2e-3)
             else:
                 tol = 1e-6 if got.dtype == torch.float32 else 1e-13
-                torch.testing.assert_close(got.double(), ref, rtol=tol,
-                                           atol=tol)
+                torch.testing.assert_close(
+                    got.double(), ref, rtol=tol, atol=tol)
         # bitwise identical on every rank
         for a, b in zip(res['out'], results[0]['out']):
             assert a.dtype == b.dtype and np.array_equal(a, b)
@@ -119,8 +121,8 @@ def test_noop_without_process_group():
     assert get_world_size() == 1 and get_rank() == 0
 
 
-@pytest.mark.parametrize('dtype', [torch.int32, torch.int64, torch.bool,
-                                   torch.uint8])
+@pytest.mark.parametrize('dtype',
+                         [torch.int32, torch.int64, torch.bool, torch.uint8])
 def test_non_floating_raises(dtype):
     with pytest.raises(TypeError, match=r'tensors\[0\].*floating dtype'):
         scaled_all_reduce([torch.zeros(3, dtype=dtype)])

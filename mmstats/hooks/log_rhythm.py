@@ -54,8 +54,7 @@ def log_current_value(processor: LogProcessor, key: str) -> None:
     """
     if re.search(processor.mean_pattern, key) and not any(
             cfg.get('data_src') == key for cfg in processor.custom_cfg):
-        processor.custom_cfg.append(dict(data_src=key,
-                                         method_name='current'))
+        processor.custom_cfg.append(dict(data_src=key, method_name='current'))
 
 
 def scope_inline_flags(regex: str) -> str:

@@ -3,8 +3,7 @@
 import math
 import re
 import weakref
-from typing import (Any, Dict, List, Optional, Pattern, Sequence, Tuple,
-                    Union)
+from typing import Any, Dict, List, Optional, Pattern, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -147,8 +146,8 @@ class Collector:
         if sketch:
             _SKETCHING.add(key)
             SKETCHES.enabled = True
-        LIVE_COLLECTORS[key] = weakref.ref(self,
-                                           lambda _, key=key: _forget(key))
+        LIVE_COLLECTORS[key] = weakref.ref(
+            self, lambda _, key=key: _forget(key))
 
     # -- accumulation ------------------------------------------------------
     def _receive(self,
@@ -175,8 +174,9 @@ class Collector:
         if len(keep) == len(names):
             self._chunks.append((names, rows))
         else:
-            self._chunks.append(([names[i] for i in keep],
-                                 rows[torch.tensor(keep, dtype=torch.long)]))
+            self._chunks.append(
+                ([names[i]
+                  for i in keep], rows[torch.tensor(keep, dtype=torch.long)]))
 
     def _local_rows(self) -> Tuple[List[str], torch.Tensor]:
         """This rank's names and merged rows since the previous update."""
@@ -296,8 +296,9 @@ class Collector:
         """Number of NaN / inf values of ``name``."""
         return self._stat(name, 'nonfinite')
 
-    def quantile(self, name: str, q: Union[float, Sequence[float]]
-                 ) -> Union[float, List[float]]:
+    def quantile(self, name: str,
+                 q: Union[float,
+                          Sequence[float]]) -> Union[float, List[float]]:
         """Quantile(s) ``q`` of the finite values of ``name`` (numpy's
         ``method='lower'``, within 1% relative), from its merged sketch,
         clamped into the exact ``[min, max]`` (exact for q = 0 and 1).

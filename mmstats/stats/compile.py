@@ -24,7 +24,6 @@ from . import reporting
 
 __all__ = ['report_traced']
 
-
 _LIB = torch.library.Library('mmstats', 'DEF')
 _LIB.define('report(Tensor value, str name, bool rank0) -> ()')
 

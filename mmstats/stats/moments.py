@@ -179,7 +179,7 @@ def compact_rows(rows: List[torch.Tensor]) -> List[torch.Tensor]:
     merged = []
     for same_device in by_device.values():
         stacked = torch.stack(same_device)
-        seg = torch.zeros(len(same_device), dtype=torch.long,
-                          device=stacked.device)
+        seg = torch.zeros(
+            len(same_device), dtype=torch.long, device=stacked.device)
         merged.append(merge_rows(stacked, seg, 1)[0])
     return merged

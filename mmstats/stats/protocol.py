@@ -106,7 +106,8 @@ def reduce_moments(local: np.ndarray,
                    low: np.ndarray,
                    high: np.ndarray,
                    fns: ReduceFns,
-                   extra: Optional[np.ndarray] = None) -> Tuple[np.ndarray, ...]:
+                   extra: Optional[np.ndarray] = None
+                   ) -> Tuple[np.ndarray, ...]:
     """Merge each rank's rows of the same table into global rows.
 
     Two all_reduce SUM of fixed size per name. Sums are taken around a
@@ -241,7 +242,10 @@ class NameTable:
         take = np.array([pos[n] for n in self.names], np.int64)
         return local[take], low[take], high[take]
 
-    def sync(self, names: List[str], rows: np.ndarray, fns: ReduceFns,
+    def sync(self,
+             names: List[str],
+             rows: np.ndarray,
+             fns: ReduceFns,
              failed: bool = False) -> Tuple[List[str], np.ndarray]:
         """Reduce this rank's rows with every rank's (a collective).
 
@@ -261,13 +265,14 @@ class NameTable:
         """
         return self.sync_with(names, rows, fns, failed)[:2]
 
-    def sync_with(self,
-                  names: List[str],
-                  rows: np.ndarray,
-                  fns: ReduceFns,
-                  failed: bool = False,
-                  extra: Optional[Callable[[List[str]], np.ndarray]] = None
-                  ) -> Tuple[List[str], np.ndarray, Optional[np.ndarray]]:
+    def sync_with(
+        self,
+        names: List[str],
+        rows: np.ndarray,
+        fns: ReduceFns,
+        failed: bool = False,
+        extra: Optional[Callable[[List[str]], np.ndarray]] = None
+    ) -> Tuple[List[str], np.ndarray, Optional[np.ndarray]]:
         """:meth:`sync`, plus a per-name block summed in the same SUM.
 
         Args:

@@ -22,9 +22,9 @@ from .store import (LARGE_NUMEL, MAX_PENDING_NUMBERS, MAX_PENDING_ROWS,
 from .values import add_value, name_error
 
 __all__ = [
-    'report', 'report0', 'phase', 'suspend_reporting', 'reset',
-    'PendingStore', 'STORE', 'LIVE_COLLECTORS', 'LARGE_NUMEL',
-    'MAX_PENDING_NUMBERS', 'MAX_PENDING_ROWS', 'MAX_PENDING_TENSORS'
+    'report', 'report0', 'phase', 'suspend_reporting', 'reset', 'PendingStore',
+    'STORE', 'LIVE_COLLECTORS', 'LARGE_NUMEL', 'MAX_PENDING_NUMBERS',
+    'MAX_PENDING_ROWS', 'MAX_PENDING_TENSORS'
 ]
 
 # The process-wide state (cleared by :func:`reset`). STORE is the main

@@ -25,8 +25,7 @@ import torch
 
 __all__ = [
     'LogBuckets', 'DEFAULT_BUCKETS', 'PendingSketches', 'SKETCHES',
-    'bucket_counts',
-    'group_bucket_counts', 'quantiles'
+    'bucket_counts', 'group_bucket_counts', 'quantiles'
 ]
 
 _F64 = torch.float64

@@ -163,10 +163,11 @@ class PendingStore:
         if flat_rows:  # pre-reduced rows: merge them in
             present = torch.from_numpy(np.unique(segs))
             merged = merge_rows(
-                torch.cat([merged[present], torch.stack(flat_rows)]),
-                torch.cat([present,
-                           torch.tensor(flat_index, dtype=torch.long)]),
-                len(names))
+                torch.cat([merged[present],
+                           torch.stack(flat_rows)]),
+                torch.cat(
+                    [present,
+                     torch.tensor(flat_index, dtype=torch.long)]), len(names))
         return names, merged, counts
 
 
@@ -182,8 +183,8 @@ def _host_values(nums: Dict[str, list], tensors: Dict[str, list],
     by_device: Dict[Any, Tuple[list, list, list]] = {}
     for name, ts in tensors.items():
         for t in ts:
-            flats, groups, counts = by_device.setdefault(t.device,
-                                                         ([], [], []))
+            flats, groups, counts = by_device.setdefault(
+                t.device, ([], [], []))
             flats.append(t.reshape(-1))
             groups.append(index[name])
             counts.append(t.numel())

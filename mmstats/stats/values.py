@@ -35,8 +35,9 @@ def to_float(name: str, value: Any) -> float:
 def check_tensor(name: str, value: torch.Tensor) -> None:
     """Reject tensors that cannot be read as real float64 values."""
     if value.layout is not torch.strided:
-        raise value_error(name, value, f'must be a dense (strided) tensor, '
-                          f'got layout {value.layout}')
+        raise value_error(
+            name, value, f'must be a dense (strided) tensor, '
+            f'got layout {value.layout}')
     if value.is_meta:
         raise value_error(name, value, 'is a meta tensor (it has no data)')
     if value.is_quantized or value.is_complex():
@@ -65,8 +66,9 @@ def add_value(store: Any, name: str, value: Any) -> None:
 
 def _add_array(store: Any, name: str, value: np.ndarray) -> None:
     if value.dtype.kind not in 'biuf':
-        raise value_error(name, value, f'must be a real numpy array, got '
-                          f'dtype {value.dtype}')
+        raise value_error(
+            name, value, f'must be a real numpy array, got '
+            f'dtype {value.dtype}')
     if value.size == 0:
         store.empty.add(name)
     else:  # np.array copies: later in-place changes cannot leak in
@@ -90,9 +92,11 @@ def _add_sequence(store: Any, name: str, values: list) -> None:
         try:
             array = np.asarray(values)
         except (TypeError, ValueError, OverflowError):
-            raise value_error(name, values, 'is a sequence that is not a '
-                              'rectangular array of real numbers') from None
+            raise value_error(
+                name, values, 'is a sequence that is not a '
+                'rectangular array of real numbers') from None
         if array.dtype.kind not in 'biuf':  # None, strings, objects
-            raise value_error(name, values, 'is a sequence that holds '
-                              'something other than real numbers')
+            raise value_error(
+                name, values, 'is a sequence that holds '
+                'something other than real numbers')
         _add_array(store, name, array)

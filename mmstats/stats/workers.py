@@ -147,8 +147,10 @@ def _restart_started_iterators(loop: Any, loader: DataLoader) -> None:
     infinite = getattr(loop, 'dataloader_iterator', None)
     started = getattr(infinite, '_iterator', None)
     persistent = getattr(loader, '_iterator', None)
-    for iterator in {id(it): it for it in (started, persistent)
-                     if it is not None}.values():
+    for iterator in {
+            id(it): it
+            for it in (started, persistent) if it is not None
+    }.values():
         if getattr(iterator, '_num_yielded', 0) > 0:
             warnings.warn('mmstats: a DataLoader iterator already yielded '
                           'batches; values reported in its workers are lost '

@@ -37,7 +37,10 @@ class LossRecorderHook(Hook):
     # model/feat_norm): x * loss for x in 0..3 per iteration
     DEMO_NAMES = ('model/logit_margin', 'model/confidence', 'model/p_true')
 
-    def __init__(self, nan_at=None, nan_rank=1, sleep_rank=None,
+    def __init__(self,
+                 nan_at=None,
+                 nan_rank=1,
+                 sleep_rank=None,
                  demo_names=False):
         self.losses = []
         self.nan_at, self.nan_rank = nan_at, nan_rank
@@ -49,7 +52,10 @@ class LossRecorderHook(Hook):
         if get_rank() == self.sleep_rank:  # a slow data loader
             time.sleep(0.05)
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None):
         from mmengine.dist import get_rank
         if runner.iter == self.nan_at and get_rank() == self.nan_rank:
@@ -76,10 +82,12 @@ def recorder(runner) -> LossRecorderHook:
 
 def test_real_runner_23_iteration_epochs(tmp_path, clean_mmengine):
     """Every published loss statistic covers exactly its iterations."""
-    cfg = toy_cfg(tmp_path, num_samples=23 * 16 - 5, log_interval=10,
-                  report_stats=True)
-    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook'),
-                        dict(type='LossRecorderHook', demo_names=True)]
+    cfg = toy_cfg(
+        tmp_path, num_samples=23 * 16 - 5, log_interval=10, report_stats=True)
+    cfg.custom_hooks = [
+        dict(type='mmstats.StatsCollectorHook'),
+        dict(type='LossRecorderHook', demo_names=True)
+    ]
     runner = Runner.from_cfg(cfg)
     runner.train()
     losses = np.array(recorder(runner).losses)
@@ -92,12 +100,15 @@ def test_real_runner_23_iteration_epochs(tmp_path, clean_mmengine):
         window, record = losses[start:step], scalars[step]
         for stat, ref in (('mean', window.mean()), ('std', window.std()),
                           ('min', window.min()), ('max', window.max())):
-            np.testing.assert_allclose(record[f'stats/loss/{stat}'], ref,
-                                       rtol=1e-6, err_msg=f'{step} {stat}')
+            np.testing.assert_allclose(
+                record[f'stats/loss/{stat}'],
+                ref,
+                rtol=1e-6,
+                err_msg=f'{step} {stat}')
         assert 'stats/model/feat_norm/std' in record
         margins = np.outer(window, np.arange(4.))  # what the hook reported
-        np.testing.assert_allclose(record['stats/model/p_true/std'],
-                                   margins.std(), rtol=1e-6)
+        np.testing.assert_allclose(
+            record['stats/model/p_true/std'], margins.std(), rtol=1e-6)
         start = step
     # LoggerHook's lines (ignore_last: none at 23, 46) carry the short keys
     assert sorted(s for s, r in scalars.items()
@@ -116,21 +127,22 @@ def test_real_runner_23_iteration_epochs(tmp_path, clean_mmengine):
         assert f'  {name}/mean: ' in line
     assert len(line) < 300, line  # 5 names and the timing maxima
     # the maxima over ranks follow rank 0's time, data_time (and loss)
-    assert re.search(r'  time: \S+  data_time: \S+  loss: \S+  '
-                     r'time/max: \S+  data_time/max: ', line), line
+    assert re.search(
+        r'  time: \S+  data_time: \S+  loss: \S+  '
+        r'time/max: \S+  data_time/max: ', line), line
     # the max over ranks (1 here) of 10 iteration times >= their mean
     time_mean = float(line.split('  time: ')[1].split()[0])
     time_max = float(line.split('  time/max: ')[1].split()[0])
     assert time_max >= time_mean
-    assert time_max == pytest.approx(scalars[33]['stats/time/max'],
-                                     abs=1e-4)
+    assert time_max == pytest.approx(scalars[33]['stats/time/max'], abs=1e-4)
 
 
 def test_real_runner_by_epoch(tmp_path, clean_mmengine):
     cfg = toy_cfg(tmp_path, num_samples=23 * 16 - 5, log_interval=10)
-    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook',
-                             by_epoch=True),
-                        dict(type='LossRecorderHook')]
+    cfg.custom_hooks = [
+        dict(type='mmstats.StatsCollectorHook', by_epoch=True),
+        dict(type='LossRecorderHook')
+    ]
     cfg.log_processor = dict(by_epoch=True, num_digits=3)
     runner = Runner.from_cfg(cfg)
     runner.train()
@@ -139,7 +151,8 @@ def test_real_runner_by_epoch(tmp_path, clean_mmengine):
     for epoch in (1, 2):
         np.testing.assert_allclose(
             scalars[epoch]['stats/loss/mean'],
-            losses[23 * (epoch - 1):23 * epoch].mean(), rtol=1e-6)
+            losses[23 * (epoch - 1):23 * epoch].mean(),
+            rtol=1e-6)
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
     line = [ln for ln in log.splitlines() if 'Epoch(train) [2]  ' in ln][0]
     # LogProcessor's number format (num_digits=3), values of epoch 2
@@ -153,16 +166,18 @@ def test_real_runner_by_epoch(tmp_path, clean_mmengine):
 def test_real_runner_iteration_based_and_nonfinite_warning(
         tmp_path, clean_mmengine, caplog):
     cfg = toy_cfg(tmp_path, by_epoch=False, max_iters=8, log_interval=4)
-    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook'),
-                        dict(type='LossRecorderHook', nan_at=5, nan_rank=0)]
+    cfg.custom_hooks = [
+        dict(type='mmstats.StatsCollectorHook'),
+        dict(type='LossRecorderHook', nan_at=5, nan_rank=0)
+    ]
     runner = Runner.from_cfg(cfg)
     runner.train()
     losses = np.array(recorder(runner).losses)
     scalars = read_scalars(runner)
     assert sorted(s for s, r in scalars.items()
                   if 'stats/loss/mean' in r) == [4, 8]
-    np.testing.assert_allclose(scalars[8]['stats/loss/mean'],
-                               np.nanmean(losses[4:8]), rtol=1e-6)
+    np.testing.assert_allclose(
+        scalars[8]['stats/loss/mean'], np.nanmean(losses[4:8]), rtol=1e-6)
     assert scalars[8]['stats/loss/nonfinite'] == 1
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
     assert '  loss/nonfinite: 1.0000' in log
@@ -171,14 +186,18 @@ def test_real_runner_iteration_based_and_nonfinite_warning(
             'publication, over all ranks): loss (1 NaN/inf)') in log
 
 
-def test_tensorboard_backend_records_the_statistics(tmp_path,
-                                                    clean_mmengine):
+def test_tensorboard_backend_records_the_statistics(tmp_path, clean_mmengine):
     pytest.importorskip('tensorboard')
     from tensorboard.backend.event_processing.event_accumulator import \
         EventAccumulator
-    cfg = toy_cfg(tmp_path, by_epoch=False, max_iters=4, log_interval=2,
-                  visualizer=dict(type='Visualizer', vis_backends=[
-                      dict(type='TensorboardVisBackend')]))
+    cfg = toy_cfg(
+        tmp_path,
+        by_epoch=False,
+        max_iters=4,
+        log_interval=2,
+        visualizer=dict(
+            type='Visualizer',
+            vis_backends=[dict(type='TensorboardVisBackend')]))
     cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook')]
     runner = Runner.from_cfg(cfg)
     runner.train()
@@ -190,36 +209,35 @@ def test_tensorboard_backend_records_the_statistics(tmp_path,
 
 # ------------------------------------------------------------ distributed
 def _train_rank(rank, world_size, work_dir, hook_args, on_nonfinite='warn'):
-    cfg = gloo_launch(toy_cfg(work_dir, by_epoch=False, max_iters=6,
-                              log_interval=3))
-    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook',
-                             on_nonfinite=on_nonfinite),
-                        dict(type='LossRecorderHook', **hook_args)]
+    cfg = gloo_launch(
+        toy_cfg(work_dir, by_epoch=False, max_iters=6, log_interval=3))
+    cfg.custom_hooks = [
+        dict(type='mmstats.StatsCollectorHook', on_nonfinite=on_nonfinite),
+        dict(type='LossRecorderHook', **hook_args)
+    ]
     runner = Runner.from_cfg(cfg)
     try:
         runner.train()
     except FloatingPointError as e:
         return dict(raised=str(e), iter=runner.iter)
     hub = runner.message_hub
-    return dict(losses=recorder(runner).losses,
-                mean=list(hub.log_scalars['stats/loss/mean'].data[0]),
-                max=list(hub.log_scalars['stats/loss/max'].data[0]),
-                time_max=hub.get_scalar('stats/time/max').current(),
-                data_time_max=hub.get_scalar(
-                    'stats/data_time/max').current(),
-                slowest=hub.get_scalar(
-                    'stats/data_time/slowest_rank').current())
+    return dict(
+        losses=recorder(runner).losses,
+        mean=list(hub.log_scalars['stats/loss/mean'].data[0]),
+        max=list(hub.log_scalars['stats/loss/max'].data[0]),
+        time_max=hub.get_scalar('stats/time/max').current(),
+        data_time_max=hub.get_scalar('stats/data_time/max').current(),
+        slowest=hub.get_scalar('stats/data_time/slowest_rank').current())
 
 
-def test_two_ranks_log_the_all_rank_statistics_and_the_slowest_rank(
-        tmp_path):
-    results = run_distributed(_train_rank, 2, str(tmp_path),
-                              dict(sleep_rank=1), timeout=240)
+def test_two_ranks_log_the_all_rank_statistics_and_the_slowest_rank(tmp_path):
+    results = run_distributed(
+        _train_rank, 2, str(tmp_path), dict(sleep_rank=1), timeout=240)
     assert results[0]['mean'] == results[1]['mean']
     assert results[0]['max'] == results[1]['max']
     losses = np.array([r['losses'] for r in results])  # (rank, iter)
-    for window, (mean, mx) in enumerate(zip(results[0]['mean'],
-                                            results[0]['max'])):
+    for window, (mean,
+                 mx) in enumerate(zip(results[0]['mean'], results[0]['max'])):
         values = losses[:, 3 * window:3 * window + 3]
         np.testing.assert_allclose(mean, values.mean(), rtol=1e-6)
         np.testing.assert_allclose(mx, values.max(), rtol=1e-6)
@@ -229,11 +247,14 @@ def test_two_ranks_log_the_all_rank_statistics_and_the_slowest_rank(
     assert results[0]['time_max'] >= 0.05
 
 
-def test_nan_on_one_rank_raises_on_every_rank_at_the_same_iteration(
-        tmp_path):
-    results = run_distributed(_train_rank, 2, str(tmp_path),
-                              dict(nan_at=4, nan_rank=1), 'raise',
-                              timeout=240)
+def test_nan_on_one_rank_raises_on_every_rank_at_the_same_iteration(tmp_path):
+    results = run_distributed(
+        _train_rank,
+        2,
+        str(tmp_path),
+        dict(nan_at=4, nan_rank=1),
+        'raise',
+        timeout=240)
     for result in results:
         assert 'iteration 6' in result['raised']
         assert 'loss (1 NaN/inf)' in result['raised']
@@ -243,18 +264,20 @@ def test_nan_on_one_rank_raises_on_every_rank_at_the_same_iteration(
 def _train_rank_by_epoch(rank, world_size, work_dir):
     # 80 samples: 40 per rank, 3 iterations of 16, 16, 8 per epoch
     cfg = gloo_launch(toy_cfg(work_dir, num_samples=80, log_interval=2))
-    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook'),
-                        dict(type='LossRecorderHook')]
+    cfg.custom_hooks = [
+        dict(type='mmstats.StatsCollectorHook'),
+        dict(type='LossRecorderHook')
+    ]
     runner = Runner.from_cfg(cfg)
     runner.train()
-    return dict(losses=recorder(runner).losses,
-                scalars=read_scalars(runner) if rank == 0 else None)
+    return dict(
+        losses=recorder(runner).losses,
+        scalars=read_scalars(runner) if rank == 0 else None)
 
 
-def test_two_ranks_epoch_based_publications_cover_their_iterations(
-        tmp_path):
-    results = run_distributed(_train_rank_by_epoch, 2, str(tmp_path),
-                              timeout=240)
+def test_two_ranks_epoch_based_publications_cover_their_iterations(tmp_path):
+    results = run_distributed(
+        _train_rank_by_epoch, 2, str(tmp_path), timeout=240)
     losses = np.array([r['losses'] for r in results])  # (rank, iter)
     assert losses.shape == (2, 6)
     scalars = results[0]['scalars']
@@ -263,10 +286,10 @@ def test_two_ranks_epoch_based_publications_cover_their_iterations(
     start = 0
     for step in steps:
         window = losses[:, start:step]
-        np.testing.assert_allclose(scalars[step]['stats/loss/mean'],
-                                   window.mean(), rtol=1e-6)
-        np.testing.assert_allclose(scalars[step]['stats/loss/std'],
-                                   window.std(), rtol=1e-5)
+        np.testing.assert_allclose(
+            scalars[step]['stats/loss/mean'], window.mean(), rtol=1e-6)
+        np.testing.assert_allclose(
+            scalars[step]['stats/loss/std'], window.std(), rtol=1e-5)
         start = step
     assert not np.allclose(losses[0], losses[1])
     assert sorted(s for s, r in scalars.items() if 'loss/mean' in r) == [2, 5]
@@ -301,23 +324,25 @@ class BatchIdsHook(Hook):
 def test_values_reported_in_dataloader_workers(tmp_path, clean_mmengine):
     """The dataset reports each sample's index in 2 worker processes; each
     publication counts exactly the samples of its iterations."""
-    loader = dict(num_workers=2, persistent_workers=False,
-                  dataset=dict(type='ToyDataset', num_samples=24,
-                               report_name='data/idx'))
+    loader = dict(
+        num_workers=2,
+        persistent_workers=False,
+        dataset=dict(
+            type='ToyDataset', num_samples=24, report_name='data/idx'))
     cfg = toy_cfg(tmp_path, num_samples=24, batch_size=4, log_interval=4)
     cfg.train_dataloader.update(loader)
     cfg.val_dataloader.update(loader, batch_size=8)
     cfg.val_dataloader.dataset.num_samples = 16
-    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook',
-                             stats=('num', 'mean')),
-                        dict(type='BatchIdsHook')]
+    cfg.custom_hooks = [
+        dict(type='mmstats.StatsCollectorHook', stats=('num', 'mean')),
+        dict(type='BatchIdsHook')
+    ]
     runner = Runner.from_cfg(cfg)
     runner.train()
     ids = [h for h in runner.hooks if isinstance(h, BatchIdsHook)][0].ids
     assert len(ids) == 12  # 2 epochs of 6 iterations
     scalars = read_scalars(runner)
-    steps = sorted(s for s, r in scalars.items()
-                   if 'stats/data/idx/num' in r)
+    steps = sorted(s for s, r in scalars.items() if 'stats/data/idx/num' in r)
     assert steps == [4, 6, 10, 12]
     start = 0
     for step in steps:

@@ -36,18 +36,20 @@ def expected(values):
     x = np.asarray(values, dtype=np.float64).ravel()
     fin = x[np.isfinite(x)]
     if fin.size == 0:
-        return dict(num=0.,
-                    mean=math.nan,
-                    std=math.nan,
-                    min=math.nan,
-                    max=math.nan,
-                    nonfinite=float(x.size))
-    return dict(num=float(fin.size),
-                mean=float(fin.mean()),
-                std=float(fin.std()),
-                min=float(fin.min()),
-                max=float(fin.max()),
-                nonfinite=float(x.size - fin.size))
+        return dict(
+            num=0.,
+            mean=math.nan,
+            std=math.nan,
+            min=math.nan,
+            max=math.nan,
+            nonfinite=float(x.size))
+    return dict(
+        num=float(fin.size),
+        mean=float(fin.mean()),
+        std=float(fin.std()),
+        min=float(fin.min()),
+        max=float(fin.max()),
+        nonfinite=float(x.size - fin.size))
 
 
 def assert_stats(got, values, name=''):
@@ -368,8 +370,9 @@ def test_inline_flags_work():
     (dict(evict_after='10'), TypeError),
 ])
 def test_bounds_must_be_positive_ints(kwargs, error):
-    with pytest.raises(error, match=f'{next(iter(kwargs))} must be a '
-                       'positive int'):
+    with pytest.raises(
+            error, match=f'{next(iter(kwargs))} must be a '
+            'positive int'):
         Collector(**kwargs)
 
 
@@ -410,8 +413,10 @@ def test_refused_names_warn_once_per_update():
     c = Collector(max_names=3)
     for name in 'edcba':
         report(name, 1.0)
-    with pytest.warns(UserWarning, match=r"2 new names refused .*"
-                      r"max_names=3\): 'd', 'e'") as caught:
+    with pytest.warns(
+            UserWarning,
+            match=r"2 new names refused .*"
+            r"max_names=3\): 'd', 'e'") as caught:
         c.update()
     assert len(caught) == 1
     assert c.names() == ['a', 'b', 'c']

@@ -13,7 +13,6 @@ from tests.test_stats.test_collector import assert_stats
 
 TIMEOUT = 90
 
-
 # --------------------------------------------------------------------------
 # Distributed (real gloo processes)
 # --------------------------------------------------------------------------
@@ -188,8 +187,9 @@ def test_collective_size_does_not_grow_with_ranks(world):
         ])
         assert_stats(got['loss'], loss, 'loss')
         sparse = np.concatenate([
-            np.random.default_rng(100 * r + step).normal(1e6, 1., 3 + r)[:0]
-            if r % 3 else _sparse_values(r, step) for r in range(world)
+            np.random.default_rng(100 * r + step).normal(1e6, 1., 3 +
+                                                         r)[:0] if r %
+            3 else _sparse_values(r, step) for r in range(world)
         ])
         assert_stats(got['sparse'], sparse, 'sparse')
     # steady state: max [error, new, 2 x 2 names], sum 3 x 2, sum 2 x 2

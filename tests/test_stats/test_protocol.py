@@ -92,6 +92,7 @@ def assert_row(row, values, rel=1e-9):
 
 
 def sync_all(ranks, tables, per_rank):
+
     def fn(rank, fns):
         return tables[rank].sync(*rows_of(per_rank[rank]), fns)
 
@@ -124,8 +125,8 @@ def test_exact_and_identical_on_every_rank(world, loc):
     # at 1e12 each value carries only ~1e-4 absolute precision: the std of
     # ~1 is exact to what float64 can hold per rank, not to 1e-9
     assert_row(rows[0], union_x, rel=1e-9 if loc < 1e9 else 1e-4)
-    assert math.isclose(rows[0][MEAN], union_x.mean(), rel_tol=1e-14,
-                        abs_tol=1e-12)
+    assert math.isclose(
+        rows[0][MEAN], union_x.mean(), rel_tol=1e-14, abs_tol=1e-12)
     assert_row(rows[1], [math.nan, 2.5, math.inf, -1.0])
     # steady state: 3 collectives whose sizes do not depend on the world
     steady = sync_all(ranks, tables, per_rank)
@@ -138,8 +139,10 @@ def test_new_names_agree_and_bound_is_deterministic():
     ranks = FakeRanks(3)
     tables = [NameTable(4, 100) for _ in range(3)]
     per_rank = [{'b': [1.], 'e': [2.]}, {'a': [3.], 'd': [4.]}, {'c': [5.]}]
-    with pytest.warns(UserWarning, match=r"1 new names refused .*full "
-                      r"\(max_names=4\): 'e'\."):
+    with pytest.warns(
+            UserWarning,
+            match=r"1 new names refused .*full "
+            r"\(max_names=4\): 'e'\."):
         results = sync_all(ranks, tables, per_rank)
     for names, rows in results:
         assert names == ['a', 'b', 'c', 'd']  # sorted union, first 4
@@ -172,8 +175,8 @@ def test_failure_on_one_rank_raises_on_every_rank():
     sync_all(ranks, tables, [{'a': [1.]}] * 4)
 
     def fn(rank, fns):
-        return tables[rank].sync(*rows_of({'new': [1.]}), fns,
-                                 failed=rank == 2)
+        return tables[rank].sync(
+            *rows_of({'new': [1.]}), fns, failed=rank == 2)
 
     results, errors = ranks.run(fn)
     for e in errors:

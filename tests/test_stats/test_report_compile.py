@@ -99,15 +99,24 @@ class CountReportsHook(Hook):
         # counter (optim_wrapper._inner_count), reports or not
         torch._dynamo.config.error_on_recompile = runner.iter >= 2
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None):
         self.collector.update()
         self.counts.append(self.collector.num('model/feat_norm'))
 
 
 def test_runner_compile_true(tmp_path):
-    cfg = toy_cfg(tmp_path, by_epoch=False, max_iters=5, num_samples=32,
-                  batch_size=8, report_stats=True, compile=True)
+    cfg = toy_cfg(
+        tmp_path,
+        by_epoch=False,
+        max_iters=5,
+        num_samples=32,
+        batch_size=8,
+        report_stats=True,
+        compile=True)
     cfg.custom_hooks = [dict(type='CountReportsHook')]
     runner = Runner.from_cfg(cfg)
     runner.train()  # error_on_recompile: a recompile would raise

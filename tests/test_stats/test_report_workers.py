@@ -82,7 +82,10 @@ class WorkerReportsHook(Hook):
         deliver_worker_reports(data_batch)
         self.val_idx += data_batch['data_samples']['img_id'].tolist()
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None):
         self.train.update()
         got = {
@@ -94,10 +97,17 @@ class WorkerReportsHook(Hook):
 
 
 def _train(work_dir, by_epoch, num_workers, persistent, launch=False):
-    loader = dict(num_workers=num_workers, persistent_workers=persistent,
-                  dataset=dict(type='TransformedToyDataset', num_samples=24))
-    cfg = toy_cfg(work_dir, by_epoch=by_epoch, num_samples=24, batch_size=4,
-                  max_epochs=2, max_iters=8)
+    loader = dict(
+        num_workers=num_workers,
+        persistent_workers=persistent,
+        dataset=dict(type='TransformedToyDataset', num_samples=24))
+    cfg = toy_cfg(
+        work_dir,
+        by_epoch=by_epoch,
+        num_samples=24,
+        batch_size=4,
+        max_epochs=2,
+        max_iters=8)
     cfg.train_dataloader.update(loader)
     cfg.val_dataloader.update(loader, batch_size=8)
     cfg.val_dataloader.dataset.num_samples = 16
@@ -140,22 +150,22 @@ def _rank_train(rank, world_size, work_dir, by_epoch):
     # forbids to start DataLoader workers; the parent still reaps them.
     multiprocessing.current_process()._config['daemon'] = False
     torch.manual_seed(rank)
-    records, val_idx, val_result = _train(f'{work_dir}/r{rank}', by_epoch,
-                                          2, True, launch=True)
+    records, val_idx, val_result = _train(
+        f'{work_dir}/r{rank}', by_epoch, 2, True, launch=True)
     return records, val_idx, val_result
 
 
 @pytest.mark.parametrize('by_epoch', [True, False])
 def test_worker_values_two_ranks(tmp_path, by_epoch):
-    results = run_distributed(_rank_train, 2, str(tmp_path), by_epoch,
-                              timeout=240)
+    results = run_distributed(
+        _rank_train, 2, str(tmp_path), by_epoch, timeout=240)
     (rec0, val0, res0), (rec1, val1, res1) = results
     assert len(rec0) == len(rec1) == (6 if by_epoch else 8)
     for ((idx0, pix0), got0), ((idx1, pix1), got1) in zip(rec0, rec1):
         assert got0 == got1  # every rank publishes the same numbers
         assert got0['data/idx'][0] == len(idx0) + len(idx1)
-        assert got0['data/idx'][1] == pytest.approx(sum(idx0) + sum(idx1),
-                                                    rel=1e-12)
+        assert got0['data/idx'][1] == pytest.approx(
+            sum(idx0) + sum(idx1), rel=1e-12)
         assert got0['data/pix'][1] == pytest.approx(pix0 + pix1, rel=1e-9)
     assert res0 == res1
     assert res0[0] == len(val0) + len(val1) == 16

@@ -71,12 +71,13 @@ def test_thread_values_flushed_after_thread_ends():
     ([[1.0], [2.0, 3.0]], TypeError),
     (np.array([1.0, None], dtype=object), TypeError),
     (np.array(['a']), TypeError),
-    ({'a': 1.0}, TypeError),
+    ({
+        'a': 1.0
+    }, TypeError),
     (object(), TypeError),
     (torch.tensor([1.0, 0.0]).to_sparse(), TypeError),
     (torch.empty(3, device='meta'), TypeError),
-    (torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8),
-     TypeError),
+    (torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8), TypeError),
     (torch.ones(2, dtype=torch.complex64), TypeError),
     ([torch.ones(2), torch.ones(2).to_sparse()], TypeError),
 ])

@@ -172,8 +172,9 @@ def bench_update(num_names=200, world=2, repeats=20):
     queue = ctx.Queue()
     port = _free_port()
     procs = [
-        ctx.Process(target=_dist_worker,
-                    args=(rank, world, port, num_names, repeats, queue))
+        ctx.Process(
+            target=_dist_worker,
+            args=(rank, world, port, num_names, repeats, queue))
         for rank in range(world)
     ]
     for proc in procs:
@@ -210,8 +211,8 @@ def _train_seconds_per_iter(report_stats: bool, with_hook: bool,
         osp.join(repo, 'configs/demo/resnet-mini_1xb64-iter_digits.py'))
     cfg.work_dir = tempfile.mkdtemp()
     cfg.experiment_name = f'bench_{time.time_ns()}'
-    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters,
-                         val_interval=10 * iters)
+    cfg.train_cfg = dict(
+        type='IterBasedTrainLoop', max_iters=iters, val_interval=10 * iters)
     cfg.val_dataloader = cfg.val_cfg = cfg.val_evaluator = None
     cfg.param_scheduler = []
     cfg.default_hooks.checkpoint = None
