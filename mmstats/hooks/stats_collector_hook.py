@@ -1,6 +1,5 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """StatsCollectorHook: publish what :func:`mmstats.report` recorded."""
-import re
 from typing import Dict, Optional, Sequence, Union
 
 from mmengine.hooks import Hook
@@ -12,18 +11,12 @@ from mmstats.stats import STAT_NAMES, Collector, phase, report
 from mmstats.stats.workers import (deliver_worker_reports,
                                    enable_worker_reporting)
 from .log_rhythm import (find_logger_hook, log_current_value, logs_train_line,
-                         scope_inline_flags, slowest_rank)
+                         slowest_rank)
+from .stats_collector_args import check_args
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 DEFAULT_INTERVAL = 10
-NONFINITE_ACTIONS = ('warn', 'raise', 'ignore')
 TIMING_NAMES = ('time', 'data_time')  # the log line shows their max
-QUANTILE = re.compile(r'p(100|\d\d?(\.\d+)?)')  # 'p50', 'p99.9'
-
-
-def _is_stat(stat) -> bool:
-    return stat in STAT_NAMES or (isinstance(stat, str)
-                                  and QUANTILE.fullmatch(stat) is not None)
 
 
 @HOOKS.register_module()
@@ -96,46 +89,11 @@ class StatsCollectorHook(Hook):
                  keep_previous: bool = True,
                  on_nonfinite: str = 'warn',
                  max_names: int = 1000) -> None:
-        if interval is not None and (not isinstance(interval, int)
-                                     or isinstance(interval, bool)
-                                     or interval <= 0):
-            raise ValueError('StatsCollectorHook: interval must be None (the '
-                             f'LoggerHook interval) or a positive int, got '
-                             f'{interval!r}')
-        for name, flag in (('by_epoch', by_epoch), ('collect_outputs',
-                                                    collect_outputs),
-                           ('collect_timing',
-                            collect_timing), ('keep_previous', keep_previous)):
-            if not isinstance(flag, bool):
-                raise TypeError(f'StatsCollectorHook: {name} must be a bool '
-                                f'(True or False), got {flag!r}')
-        for name, value in (('stats', stats), ('log_stats', log_stats)):
-            if isinstance(value, str) or not isinstance(
-                    value, Sequence) or not value or not all(
-                        _is_stat(stat) for stat in value):
-                raise ValueError(
-                    f'StatsCollectorHook: {name} must be a non-empty list '
-                    f'of {STAT_NAMES} or quantiles "pNN" (e.g. "p99"), e.g. '
-                    f'{name}=("mean",), got {value!r}')
-        if not set(log_stats) <= set(stats):
-            raise ValueError(f'StatsCollectorHook: log_stats {log_stats!r} '
-                             f'must be a subset of stats {stats!r}')
-        if not isinstance(prefix, str) or not prefix:
-            raise ValueError('StatsCollectorHook: prefix must be a non-empty '
-                             f'str, got {prefix!r}')
-        if on_nonfinite not in NONFINITE_ACTIONS:
-            raise ValueError('StatsCollectorHook: on_nonfinite must be one of'
-                             f' {NONFINITE_ACTIONS}, got {on_nonfinite!r}')
-        if not isinstance(regex, str):
-            raise TypeError('StatsCollectorHook: regex must be a str, got '
-                            f'{type(regex).__name__}')
-        try:
-            scoped = scope_inline_flags(regex)
-            re.compile(rf'^(?!val/|test/)(?:{scoped})$')
-        except re.error as e:
-            raise ValueError(f'StatsCollectorHook: regex {regex!r} is not a '
-                             f'valid regular expression ({e}); inline flags '
-                             'such as (?i) are allowed at its start') from None
+        scoped = check_args(
+            interval,
+            dict(by_epoch=by_epoch, collect_outputs=collect_outputs,
+                 collect_timing=collect_timing, keep_previous=keep_previous),
+            stats, log_stats, prefix, on_nonfinite, regex)
         self.interval = interval
         self.by_epoch = by_epoch
         self.stats = tuple(stats)
