@@ -13,8 +13,8 @@ from mmstats.stats.sketch import SKETCHES
 from mmstats.stats.store import LARGE_NUMEL, MAX_PENDING_TENSORS
 from tests.helpers.dist import run_distributed
 from tests.test_stats.test_sketch import (QS, assert_within_alpha,
-                                          lognormal_6_decades,
-                                          lower_quantiles, mixed_sign)
+                                          lognormal_6_decades, lower_quantiles,
+                                          mixed_sign)
 
 TIMEOUT = 120
 SMALL = 8  # elements per small tensor
@@ -81,10 +81,9 @@ def _sketch_worker(rank, world):
         # the same moments (gloo may sum a longer buffer in another order)
         for name, stats in plain.as_dict().items():
             assert sketched.as_dict()[name] == pytest.approx(stats, rel=1e-12)
-        out.append({
-            name: sketched.quantile(name, QS)
-            for name in sketched.names()
-        })
+        out.append(
+            {name: sketched.quantile(name, QS)
+             for name in sketched.names()})
     return out, plain_fns.calls, sketch_fns.calls
 
 
