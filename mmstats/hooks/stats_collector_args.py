@@ -21,9 +21,8 @@ def check_args(interval: Optional[int], flags: Dict[str, bool],
                on_nonfinite: str, regex: str) -> str:
     """Raise TypeError/ValueError naming a bad argument of
     StatsCollectorHook; return ``regex`` with its inline flags scoped."""
-    if interval is not None and (not isinstance(interval, int)
-                                 or isinstance(interval, bool)
-                                 or interval <= 0):
+    if interval is not None and (not isinstance(interval, int) or isinstance(
+            interval, bool) or interval <= 0):
         raise ValueError('StatsCollectorHook: interval must be None (the '
                          f'LoggerHook interval) or a positive int, got '
                          f'{interval!r}')

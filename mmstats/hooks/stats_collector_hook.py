@@ -91,9 +91,12 @@ class StatsCollectorHook(Hook):
                  max_names: int = 1000) -> None:
         scoped = check_args(
             interval,
-            dict(by_epoch=by_epoch, collect_outputs=collect_outputs,
-                 collect_timing=collect_timing, keep_previous=keep_previous),
-            stats, log_stats, prefix, on_nonfinite, regex)
+            dict(
+                by_epoch=by_epoch,
+                collect_outputs=collect_outputs,
+                collect_timing=collect_timing,
+                keep_previous=keep_previous), stats, log_stats, prefix,
+            on_nonfinite, regex)
         self.interval = interval
         self.by_epoch = by_epoch
         self.stats = tuple(stats)
@@ -106,11 +109,17 @@ class StatsCollectorHook(Hook):
             train=rf'^(?!val/|test/)(?:{scoped})$',
             val=rf'^val/(?:{scoped})$',
             test=rf'^test/(?:{scoped})$')
-        self.quantiles = {stat: float(stat[1:]) / 100 for stat in stats
-                          if stat not in STAT_NAMES}
+        self.quantiles = {
+            stat: float(stat[1:]) / 100
+            for stat in stats if stat not in STAT_NAMES
+        }
         self.collectors = {
-            mode: Collector(pattern, keep_previous, max_names=max_names,
-                            sketch=bool(self.quantiles))
+            mode:
+            Collector(
+                pattern,
+                keep_previous,
+                max_names=max_names,
+                sketch=bool(self.quantiles))
             for mode, pattern in patterns.items()
         }
         self._logger = None

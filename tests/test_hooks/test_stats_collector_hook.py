@@ -218,8 +218,8 @@ def test_max_names_reaches_the_collectors():
 
 
 def test_quantiles_are_published():
-    hook = StatsCollectorHook(stats=('mean', 'p50', 'p99.9'),
-                              collect_timing=False)
+    hook = StatsCollectorHook(
+        stats=('mean', 'p50', 'p99.9'), collect_timing=False)
     assert not StatsCollectorHook().collectors['train']._sketch
     values = np.arange(1., 1001.)
     report('x', torch.from_numpy(values))
