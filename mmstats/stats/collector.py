@@ -3,6 +3,7 @@
 import math
 import re
 import weakref
+from functools import partial
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Tuple, Union
 
 import numpy as np
@@ -11,11 +12,12 @@ import torch
 from .moments import M2, MAX, MEAN, MIN, NONFINITE, N, empty_rows, merge_rows
 from .protocol import NameTable, RankFailure, ReduceFns
 from .reporting import LIVE_COLLECTORS, STORE
-from .sketch import DEFAULT_BUCKETS, SKETCHES
+from .sketch import SKETCHES, clamped_quantiles, counts_in_order
 
 __all__ = ['Collector', 'STAT_NAMES', 'flush']
 
 STAT_NAMES = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
+MIN_AT, MAX_AT = STAT_NAMES.index('min'), STAT_NAMES.index('max')
 # Defaults of the name table's bounds (see docs/stats.md).
 MAX_NAMES = 4096
 EVICT_AFTER = 100
@@ -208,7 +210,8 @@ class Collector:
         except Exception as e:  # every rank must still take part
             failure = e
         names, local = self._local_rows()
-        extra = self._sketch_block if self._sketch else None
+        extra = partial(counts_in_order,
+                        self._counts) if self._sketch else None
         try:
             table, rows, counts = self._table.sync_with(
                 names, local.numpy(), self._fns, failure is not None, extra)
@@ -220,16 +223,6 @@ class Collector:
                 'pending on the other ranks are kept') from failure
         self._counts = {}
         self._publish(table, rows, counts)
-
-    def _sketch_block(self, table: List[str]) -> np.ndarray:
-        """This rank's pending counts in ``table`` order (zeros for names
-        without any; names outside the table are dropped)."""
-        block = np.zeros((len(table), DEFAULT_BUCKETS.size))
-        for i, name in enumerate(table):
-            counts = self._counts.get(name)
-            if counts is not None:
-                block[i] = counts
-        return block
 
     def _publish(self,
                  table: List[str],
@@ -326,10 +319,7 @@ class Collector:
         if res is None or counts is None or res[0] == 0:
             out = np.full(qs.shape, math.nan)
         else:
-            low, high = res[STAT_NAMES.index('min')], res[STAT_NAMES.index(
-                'max')]
-            out = np.clip(DEFAULT_BUCKETS.quantiles(counts, qs), low, high)
-            out = np.where(qs == 0, low, np.where(qs == 1, high, out))
+            out = clamped_quantiles(counts, qs, res[MIN_AT], res[MAX_AT])
         return float(out) if out.ndim == 0 else out.tolist()
 
     def as_dict(self) -> Dict[str, Dict[str, float]]:

@@ -25,7 +25,8 @@ import torch
 
 __all__ = [
     'LogBuckets', 'DEFAULT_BUCKETS', 'PendingSketches', 'SKETCHES',
-    'bucket_counts', 'group_bucket_counts', 'quantiles'
+    'bucket_counts', 'counts_in_order', 'clamped_quantiles',
+    'group_bucket_counts', 'quantiles'
 ]
 
 _F64 = torch.float64
@@ -287,3 +288,26 @@ def quantiles(counts: Union[np.ndarray, torch.Tensor],
               buckets: LogBuckets = DEFAULT_BUCKETS) -> np.ndarray:
     """Quantiles of sketch counts (see :meth:`LogBuckets.quantiles`)."""
     return buckets.quantiles(counts, qs)
+
+
+def counts_in_order(counts: Dict[str, np.ndarray],
+                    names: List[str],
+                    buckets: LogBuckets = DEFAULT_BUCKETS) -> np.ndarray:
+    """``(len(names), size)`` counts of ``names`` in their order, zeros for
+    names without any (names of ``counts`` not in ``names`` are dropped)."""
+    block = np.zeros((len(names), buckets.size))
+    for i, name in enumerate(names):
+        if name in counts:
+            block[i] = counts[name]
+    return block
+
+
+def clamped_quantiles(counts: np.ndarray,
+                      qs: np.ndarray,
+                      low: float,
+                      high: float,
+                      buckets: LogBuckets = DEFAULT_BUCKETS) -> np.ndarray:
+    """Quantiles ``qs`` of a sketch whose exact extremes are ``low`` and
+    ``high``: clamped into them (never less accurate), exact at 0 and 1."""
+    out = np.clip(buckets.quantiles(counts, qs), low, high)
+    return np.where(qs == 0, low, np.where(qs == 1, high, out))
