@@ -1,10 +1,16 @@
 import pytest
 
+from mmstats.stats import reporting
+from tests.helpers.runner import clear_mmengine_singletons
 
-def _subclasses(cls):
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _subclasses(sub)
+
+@pytest.fixture(autouse=True)
+def _fresh_reporting():
+    """No pending value, phase or suspension leaks between tests (live
+    collectors stay: module-level ones such as training_stats' own)."""
+    reporting.reset()
+    yield
+    reporting.reset()
 
 
 @pytest.fixture
@@ -12,11 +18,4 @@ def clean_mmengine():
     """Drop mmengine's global singletons (MessageHub, Visualizer, scope,
     loggers) after a test that built a Runner, like RunnerTestCase does."""
     yield
-    from mmengine.logging import MMLogger
-    from mmengine.utils import ManagerMixin
-    for logger in MMLogger._instance_dict.values():
-        for handler in list(logger.handlers):
-            handler.close()
-            logger.removeHandler(handler)
-    for cls in _subclasses(ManagerMixin):
-        cls._instance_dict.clear()
+    clear_mmengine_singletons()

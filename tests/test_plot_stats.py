@@ -22,8 +22,7 @@ def real_run(tmp_path_factory):
     """2 epochs of 5 iterations of the toy model with both hooks."""
     from mmengine.runner import Runner
 
-    from tests.conftest import _subclasses
-    from tests.helpers.runner import toy_cfg
+    from tests.helpers.runner import clear_mmengine_singletons, toy_cfg
     work_dir = tmp_path_factory.mktemp('run')
     cfg = toy_cfg(
         work_dir,
@@ -36,14 +35,7 @@ def real_run(tmp_path_factory):
                 type='mmstats.ModuleStatsHook', modules=r'backbone\.stem|head')
         ])
     Runner.from_cfg(cfg).train()
-    from mmengine.logging import MMLogger
-    from mmengine.utils import ManagerMixin
-    for logger in MMLogger._instance_dict.values():
-        for handler in list(logger.handlers):
-            handler.close()
-            logger.removeHandler(handler)
-    for cls in _subclasses(ManagerMixin):
-        cls._instance_dict.clear()
+    clear_mmengine_singletons()
     return str(work_dir)
 
 

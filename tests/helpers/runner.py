@@ -96,3 +96,22 @@ def gloo_launch(cfg: Config) -> Config:
     cfg.model_wrapper_cfg = dict(
         type='MMDistributedDataParallel', device_ids=None)
     return cfg
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def clear_mmengine_singletons() -> None:
+    """Close mmengine's loggers and drop its global singletons (MessageHub,
+    Visualizer, DefaultScope...), as ``RunnerTestCase.tearDown`` does."""
+    from mmengine.logging import MMLogger
+    from mmengine.utils import ManagerMixin
+    for logger in MMLogger._instance_dict.values():
+        for handler in list(logger.handlers):
+            handler.close()
+            logger.removeHandler(handler)
+    for cls in _subclasses(ManagerMixin):
+        cls._instance_dict.clear()

@@ -15,19 +15,11 @@ from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 from torch import nn
 
 from mmstats import Collector, ModuleStatsHook, StatsCollectorHook
-from mmstats.stats import reporting
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, toy_cfg
 
 NAMES = ('backbone.stem', 'backbone.layer1', 'head')
 MODULES = r'backbone\.(stem|layer1)|head'
-
-
-@pytest.fixture(autouse=True)
-def _no_pending_values():
-    reporting.reset()
-    yield
-    reporting.reset()
 
 
 class RawRecorder(Hook):

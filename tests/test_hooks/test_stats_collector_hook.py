@@ -14,14 +14,6 @@ from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 from mmstats import report
 from mmstats.hooks import StatsCollectorHook
 from mmstats.registry import HOOKS
-from mmstats.stats import reporting
-
-
-@pytest.fixture(autouse=True)
-def _no_pending_values():
-    reporting.reset()
-    yield
-    reporting.reset()
 
 
 # --------------------------------------------------------------- build time

@@ -5,14 +5,12 @@ import json
 import os.path as osp
 
 import numpy as np
-import pytest
 import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS as ROOT_HOOKS
 from mmengine.runner import Runner
 
 from mmstats import report
-from mmstats.stats import reporting
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, toy_cfg
 from tests.test_stats.test_sketch import ALPHA, assert_within_alpha
@@ -21,13 +19,6 @@ LOG_INTERVAL, MAX_ITERS = 5, 10
 STATS = ('mean', 'p50', 'p99')
 # 'spread' = loss times these: 7 values per iteration over 6 decades
 SCALES = 10.**np.arange(-3, 4)
-
-
-@pytest.fixture(autouse=True)
-def _no_pending_values():
-    reporting.reset()
-    yield
-    reporting.reset()
 
 
 @ROOT_HOOKS.register_module(force=True)

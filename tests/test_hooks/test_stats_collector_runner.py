@@ -15,16 +15,8 @@ from mmengine.registry import HOOKS as ROOT_HOOKS
 from mmengine.runner import Runner
 
 from mmstats import report
-from mmstats.stats import reporting
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, toy_cfg
-
-
-@pytest.fixture(autouse=True)
-def _no_pending_values():
-    reporting.reset()
-    yield
-    reporting.reset()
 
 
 # ------------------------------------------------------------ real Runners

@@ -9,19 +9,12 @@ from mmengine.hooks import Hook
 from mmengine.registry import DATASETS, HOOKS
 from mmengine.runner import Runner
 
-from mmstats.stats import Collector, phase, report, reporting
+from mmstats.stats import Collector, phase, report
 from mmstats.stats.workers import (deliver_worker_reports,
                                    enable_worker_reporting)
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, toy_cfg
 from tests.helpers.toy import ToyDataset
-
-
-@pytest.fixture(autouse=True)
-def clean_state():
-    reporting.reset()
-    yield
-    reporting.reset()
 
 
 class AddNoise:
