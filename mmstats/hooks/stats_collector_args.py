@@ -58,3 +58,15 @@ def check_args(interval: Optional[int], flags: Dict[str, bool],
                          f'valid regular expression ({e}); inline flags '
                          'such as (?i) are allowed at its start') from None
     return scoped
+
+
+def check_log_regex(log_regex: str) -> 're.Pattern':
+    """Compile ``log_regex`` or raise naming it."""
+    if not isinstance(log_regex, str):
+        raise TypeError('StatsCollectorHook: log_regex must be a str, got '
+                        f'{type(log_regex).__name__}')
+    try:
+        return re.compile(log_regex)
+    except re.error as e:
+        raise ValueError(f'StatsCollectorHook: log_regex {log_regex!r} is '
+                         f'not a valid regular expression ({e})') from None

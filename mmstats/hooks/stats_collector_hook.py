@@ -1,5 +1,6 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """StatsCollectorHook: publish what :func:`mmstats.report` recorded."""
+import re
 from typing import Dict, Optional, Sequence, Union
 
 from mmengine.hooks import Hook
@@ -12,11 +13,12 @@ from mmstats.stats.workers import (deliver_worker_reports,
                                    enable_worker_reporting)
 from .log_rhythm import (find_logger_hook, log_current_value, logs_train_line,
                          slowest_rank)
-from .stats_collector_args import check_args
+from .stats_collector_args import check_args, check_log_regex
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 DEFAULT_INTERVAL = 10
 TIMING_NAMES = ('time', 'data_time')  # the log line shows their max
+_PHASE_PREFIX = re.compile(r'^(val|test)/')
 
 
 @HOOKS.register_module()
@@ -73,6 +75,10 @@ class StatsCollectorHook(Hook):
         max_names (int): At most this many names per collector (train, val,
             test); further new names are refused with a warning (see
             :class:`mmstats.Collector`). Defaults to 1000.
+        log_regex (str): Names (without ``val/``/``test/``) whose
+            statistics the text line shows (``re.fullmatch``); the others
+            go to the visualizers and the message hub only. Defaults to
+            ``'(?!modules/).*'``: all but ModuleStatsHook's.
     """
 
     priority = 'NORMAL'  # after IterTimerHook, before LoggerHook
@@ -88,7 +94,8 @@ class StatsCollectorHook(Hook):
                  collect_timing: bool = True,
                  keep_previous: bool = True,
                  on_nonfinite: str = 'warn',
-                 max_names: int = 1000) -> None:
+                 max_names: int = 1000,
+                 log_regex: str = r'(?!modules/).*') -> None:
         scoped = check_args(
             interval,
             dict(
@@ -101,6 +108,7 @@ class StatsCollectorHook(Hook):
         self.by_epoch = by_epoch
         self.stats = tuple(stats)
         self.log_stats = tuple(log_stats)
+        self.log_regex = check_log_regex(log_regex)
         self.prefix = prefix
         self.collect_outputs = collect_outputs
         self.collect_timing = collect_timing
@@ -177,6 +185,9 @@ class StatsCollectorHook(Hook):
             values = results[name]
             if text and name in TIMING_NAMES and 'max' in self.stats:
                 stats = ('max', )  # the slowest rank's iteration
+            elif text and not self.log_regex.fullmatch(
+                    _PHASE_PREFIX.sub('', name)):
+                stats = ()  # in scalars.json only (NaN counts still shown)
             else:
                 stats = self.log_stats if text else self.stats
             for stat in stats:
