@@ -223,8 +223,8 @@ def test_quantiles_are_published():
 
 
 def test_log_regex_keeps_names_out_of_the_text_line_only():
-    hook = StatsCollectorHook(interval=1, collect_outputs=False,
-                              collect_timing=False)
+    hook = StatsCollectorHook(
+        interval=1, collect_outputs=False, collect_timing=False)
     runner, published = mock_runner(100, IterBasedTrainLoop, 1)
     hook.before_run(runner)
     runner.iter = 0
@@ -232,8 +232,10 @@ def test_log_regex_keeps_names_out_of_the_text_line_only():
     report('modules/head/act', 2.0)
     report('modules/head/grad_norm', math.nan)
     hook.after_train_iter(runner, 0)
-    hub = {c.args[0]: c.args[1]
-           for c in runner.message_hub.update_scalar.call_args_list}
+    hub = {
+        c.args[0]: c.args[1]
+        for c in runner.message_hub.update_scalar.call_args_list
+    }
     text = {k[len('train/'):] for k in hub if k.startswith('train/')}
     assert text == {'loss/mean', 'modules/head/grad_norm/nonfinite'}
     assert hub['stats/modules/head/act/mean'] == 2.0  # everything else
