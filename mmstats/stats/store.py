@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .moments import (compact_rows, compact_tensors, merge_rows, reduce_groups,
-                      reduce_values)
+                      reduce_tensor, reduce_values)
 from .sketch import SKETCHES
 from .values import check_tensor
 
@@ -111,7 +111,7 @@ class PendingStore:
         if numel > LARGE_NUMEL:
             if SKETCHES.enabled:
                 SKETCHES.add(name, value)
-            self.add_row(name, reduce_values(value.reshape(-1).to(_F64))[0])
+            self.add_row(name, reduce_tensor(value))
             return
         # A float64 copy: later in-place changes by the caller cannot leak in.
         value = value.clone() if value.dtype is _F64 else value.double()
