@@ -67,3 +67,9 @@ def test_reduce_groups_matches_numpy():
     for group in range(4):
         assert_row(torch.from_numpy(rows[group]), x[seg == group])
     assert_row(torch.from_numpy(rows[4]), x[:0])
+
+
+@pytest.mark.parametrize('dtype', [torch.int64, torch.bool, torch.float16])
+def test_reduce_tensor_other_dtypes(dtype):
+    x = (torch.arange(2 * LARGE_CHUNK_NUMEL + 5) % 7).to(dtype)
+    assert_row(reduce_tensor(x), x.double().numpy())

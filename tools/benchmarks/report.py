@@ -30,6 +30,7 @@ from typing import List, Tuple
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.fx.node import has_side_effect
 
 from mmstats.stats import Collector, report
 
@@ -282,10 +283,10 @@ def bench_hook(iters=300, repeats=5):
 # --------------------------------------------------------------------------
 class _Mlp(torch.nn.Module):
 
-    def __init__(self):
+    def __init__(self, width: int = 64):
         super().__init__()
-        self.fc1 = torch.nn.Linear(64, 64)
-        self.fc2 = torch.nn.Linear(64, 10)
+        self.fc1 = torch.nn.Linear(64, width)
+        self.fc2 = torch.nn.Linear(width, 10)
 
     def forward(self, x):
         return self.fc2(self.fc1(x).relu())
@@ -301,36 +302,65 @@ class _ReportingMlp(_Mlp):
         return self.fc2(h)
 
 
+# The floor of any design that calls an op from the compiled graph: the
+# same 3 calls to a side-effectful custom op whose kernel does nothing.
+_FLOOR_LIB = torch.library.Library('mmstats_bench', 'DEF')
+_FLOOR_LIB.define('noop(Tensor value, str name, bool rank0) -> ()')
+_FLOOR_LIB.impl('noop', lambda value, name, rank0: None,
+                'CompositeExplicitAutograd')
+torch.library.register_fake(
+    'mmstats_bench::noop', lambda value, name, rank0: None, lib=_FLOOR_LIB)
+has_side_effect(torch.ops.mmstats_bench.noop.default)
+
+
+class _NoopOpMlp(_Mlp):
+
+    def forward(self, x):
+        h = self.fc1(x).relu()
+        torch.ops.mmstats_bench.noop(h.mean(), 'h_mean', False)
+        torch.ops.mmstats_bench.noop(h, 'h', False)
+        torch.ops.mmstats_bench.noop(x.norm(), 'x_norm', False)
+        return self.fc2(h)
+
+
 def bench_compile(calls, repeats):
     torch.set_num_threads(1)
     torch._dynamo.config.error_on_recompile = True
     collector = Collector()
-    x = torch.randn(32, 64)
-    models = {
-        'compiled forward, no report()': torch.compile(_Mlp()),
-        'compiled forward, 3 report() calls': torch.compile(_ReportingMlp()),
-        'eager forward, 3 report() calls': _ReportingMlp(),
-    }
-    for model in models.values():  # warm-up (compilation)
+    for batch, width in ((32, 64), (256, 1024)):
+        torch._dynamo.reset()  # a new size is a new program, not a recompile
+        x = torch.randn(batch, 64)
+        models = {
+            'compiled forward, no report()':
+            torch.compile(_Mlp(width)),
+            'compiled forward, 3 report() calls':
+            torch.compile(_ReportingMlp(width)),
+            'compiled forward, 3 no-op custom op calls (floor)':
+            torch.compile(_NoopOpMlp(width)),
+            'eager forward, 3 report() calls':
+            _ReportingMlp(width),
+        }
+        for model in models.values():  # warm-up (compilation)
+            with torch.no_grad():
+                model(x)
+                model(x)
+        times = {label: [] for label in models}
         with torch.no_grad():
-            model(x)
-            model(x)
-    times = {label: [] for label in models}
-    with torch.no_grad():
-        for _ in range(repeats):  # interleaved repeats
-            for label, model in models.items():
-                start = time.perf_counter()
-                for _ in range(calls):
-                    model(x)
-                times[label].append(
-                    (time.perf_counter() - start) / calls * 1e6)
-                collector.update()
-    base = statistics.median(times['compiled forward, no report()'])
-    print(f'## torch.compile (inductor, CPU, 1 thread, {calls} calls x '
-          f'{repeats} interleaved repeats, median; no recompilation)')
-    for label, values in times.items():
-        us = statistics.median(values)
-        print(f'{label:62s} {us:8.2f} us  {us / base:5.2f}x')
+            for _ in range(repeats):  # interleaved repeats
+                for label, model in models.items():
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        model(x)
+                    times[label].append(
+                        (time.perf_counter() - start) / calls * 1e6)
+                    collector.update()
+        base = statistics.median(times['compiled forward, no report()'])
+        print(f'## torch.compile (inductor, CPU, 1 thread), MLP 64-{width}'
+              f'-10, batch {batch}, {calls} calls x {repeats} interleaved '
+              'repeats, median; no recompilation')
+        for label, values in times.items():
+            us = statistics.median(values)
+            print(f'{label:62s} {us:8.2f} us  {us / base:5.2f}x')
 
 
 def main():
