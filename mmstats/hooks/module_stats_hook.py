@@ -107,7 +107,7 @@ class ModuleStatsHook(Hook):
         self.modules = modules
         self.stats = tuple(stats)
         self.prefix = prefix
-        self.targets: Dict[str, nn.Module] = {}
+        self.targets = {}
         self._collector_hook: Optional[StatsCollectorHook] = None
         self._logger = None
         self._interval = DEFAULT_INTERVAL
@@ -116,6 +116,20 @@ class ModuleStatsHook(Hook):
         self._cost = 0.0
         self._instrumented = False
         self._owner_index: Dict[tuple, torch.Tensor] = {}
+
+    @property
+    def targets(self) -> Dict[str, nn.Module]:
+        """The matched modules by name (set in ``before_train``)."""
+        return self._targets
+
+    @targets.setter
+    def targets(self, targets: Dict[str, nn.Module]) -> None:
+        self._targets = targets
+        # (module index, parameter) of every target, recursively
+        self._owned_params: List[Tuple[int, nn.Parameter]] = [
+            (index, param) for index, module in enumerate(targets.values())
+            for param in module.parameters()
+        ]
 
     # -- setup -----------------------------------------------------------
     def before_train(self, runner) -> None:
@@ -196,12 +210,17 @@ class ModuleStatsHook(Hook):
                           batch_idx: int,
                           data_batch: DATA_BATCH = None) -> None:
         start = time.perf_counter()
+        publishes = self.publishes_after(runner, batch_idx)
         optim_wrapper = runner.optim_wrapper
-        if self.stats != ('act', ) and isinstance(
-                optim_wrapper, OptimWrapper) and (self._steps_for_publication(
-                    runner, batch_idx, optim_wrapper)):
-            self._patch_step(optim_wrapper)
-        if 'act' in self.stats and self.publishes_after(runner, batch_idx):
+        if self.stats != ('act', ) and isinstance(optim_wrapper, OptimWrapper):
+            if optim_wrapper._accumulative_counts == 1:  # steps every time
+                steps = publishes
+            else:
+                steps = self._steps_for_publication(runner, batch_idx,
+                                                    optim_wrapper)
+            if steps:
+                self._patch_step(optim_wrapper)
+        if publishes and 'act' in self.stats:
             self._attach_forward_hooks()
         self._instrumented = bool(self._handles or self._patched)
         if self._instrumented:
@@ -274,11 +293,10 @@ class ModuleStatsHook(Hook):
         return what :meth:`_report_updates` needs: ``(params with a
         gradient, their copies before the step, their owners)``."""
         params, owners = [], []
-        for index, module in enumerate(self.targets.values()):
-            for param in module.parameters():
-                if param.grad is not None:
-                    params.append(param)
-                    owners.append(index)
+        for index, param in self._owned_params:
+            if param.grad is not None:
+                params.append(param)
+                owners.append(index)
         if not params:  # every module frozen (or unused)
             return [], [], []
         if 'grad_norm' in self.stats:
@@ -294,28 +312,35 @@ class ModuleStatsHook(Hook):
 
     def _report_updates(self, params: Params, old: Params,
                         owners: List[int]) -> None:
+        """Weight norms and update ratios in one batched norm: segments
+        ``[0, M)`` weights after the step, ``[M, 2M)`` the updates,
+        ``[2M, 3M)`` the weights before (``M`` modules)."""
+        tensors: Params = []
+        segments: List[int] = []
         if 'weight_norm' in self.stats:
-            every, every_owner = [], []
-            for index, module in enumerate(self.targets.values()):
-                for param in module.parameters():
-                    every.append(param.detach())
-                    every_owner.append(index)
-            if every:
-                self._report_per_module(
-                    'weight_norm', self._segment_norms(every, every_owner),
-                    every_owner)
+            tensors += [p.detach() for _, p in self._owned_params]
+            segments += [index for index, _ in self._owned_params]
         if params:
-            delta = torch._foreach_sub(params, old)
-            ratios = (
-                self._segment_norms(delta, owners) /
-                self._segment_norms(old, owners))
-            self._report_per_module('update_ratio', ratios, owners)
+            num = len(self.targets)
+            tensors += torch._foreach_sub(params, old) + old
+            segments += [num + o
+                         for o in owners] + [2 * num + o for o in owners]
+        if not tensors:
+            return
+        norms = self._segment_norms(tensors, segments).view(3, -1)
+        if 'weight_norm' in self.stats:
+            self._report_per_module('weight_norm', norms[0],
+                                    [index for index, _ in self._owned_params])
+        if params:
+            self._report_per_module('update_ratio', norms[1] / norms[2],
+                                    owners)
 
     def _segment_norms(self, tensors: Params,
                        owners: List[int]) -> torch.Tensor:
-        """Per module, the L2 norm of the elements of its ``tensors``
-        (``owners[i]`` is the module of ``tensors[i]``): float64, on the
-        tensors' device, no host sync (index tensors are cached)."""
+        """Per segment (3 per module), the L2 norm of the elements of its
+        ``tensors`` (``owners[i]`` is the segment of ``tensors[i]``):
+        float64, on the tensors' device, no host sync (index tensors are
+        cached)."""
         per_tensor = torch.stack(torch._foreach_norm(tensors)).double()
         device = per_tensor.device
         key = (tuple(owners), device)
@@ -324,7 +349,7 @@ class ModuleStatsHook(Hook):
             index = torch.tensor(owners, device=device)
             self._owner_index[key] = index
         squares = torch.zeros(
-            len(self.targets), dtype=torch.float64, device=device)
+            3 * len(self.targets), dtype=torch.float64, device=device)
         return squares.index_add_(0, index, per_tensor.square()).sqrt_()
 
     def _report_per_module(self, stat: str, values: torch.Tensor,

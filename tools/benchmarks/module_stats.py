@@ -38,6 +38,9 @@ import mmstats  # noqa: F401  (registers the hooks)
 from mmstats.hooks.module_stats_hook import MODULE_STATS
 
 INTERVAL = 10  # LoggerHook's default, which StatsCollectorHook follows
+DEMO_CONFIG = ('projects/digits_demo/configs/demo/'
+               'resnet-mini_1xb64-iter_digits.py')
+DEMO_MODULES = r'backbone\.(stem|stages\.\d)|head'  # as in its demo config
 
 
 class ConvBNNet(BaseModel):
@@ -75,10 +78,28 @@ class Images(Dataset):
         return dict(inputs=self.x[idx], labels=self.y[idx])
 
 
+def demo_runner(iters: int, hooks: list) -> Runner:
+    """The digits demo (``projects/digits_demo``, iteration-based config,
+    batch 64, LoggerHook interval 10), without validation/checkpoints."""
+    from mmengine.config import Config
+    cfg = Config.fromfile(DEMO_CONFIG)
+    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters)
+    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    cfg.param_scheduler = None
+    cfg.default_hooks.checkpoint = None
+    cfg.default_hooks.logger.interval = INTERVAL
+    cfg.custom_hooks = hooks
+    cfg.work_dir = tempfile.mkdtemp()
+    cfg.experiment_name = f'bench_{time.time_ns()}'
+    cfg.log_level = 'WARNING'
+    return Runner.from_cfg(cfg)
+
+
 def train(iters: int,
           modules: Optional[str],
           batch_size: int,
-          stats: Sequence[str] = MODULE_STATS) -> Dict[str, List[float]]:
+          stats: Sequence[str] = MODULE_STATS,
+          model: str = 'convnet') -> Dict[str, List[float]]:
     """Per-iteration times (s) of one run and the hook's instrument_ms."""
     hooks = [dict(type='mmstats.StatsCollectorHook')]
     if modules:
@@ -87,7 +108,7 @@ def train(iters: int,
                 type='mmstats.ModuleStatsHook',
                 modules=modules,
                 stats=tuple(stats)))
-    runner = Runner(
+    runner = demo_runner(iters, hooks) if model == 'demo' else Runner(
         model=ConvBNNet(),
         work_dir=tempfile.mkdtemp(),
         experiment_name=f'bench_{time.time_ns()}',
@@ -120,9 +141,16 @@ def main() -> None:
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument(
+        '--model',
+        choices=['convnet', 'demo'],
+        default='convnet',
+        help='the conv/BN net below, or the digits demo (ResNet-mini, '
+        'batch 64; needs `pip install -e projects/digits_demo`)')
+    parser.add_argument(
         '--modules',
-        default=r'features\.\d',
-        help='ModuleStatsHook(modules=...)')
+        default=None,
+        help='ModuleStatsHook(modules=...); defaults to the 3 blocks of '
+        'the conv net, or the demo config\'s stem, stages and head')
     parser.add_argument(
         '--stats',
         nargs='+',
@@ -131,13 +159,30 @@ def main() -> None:
         help='ModuleStatsHook(stats=)')
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.modules is None:
+        args.modules = DEMO_MODULES if args.model == 'demo' else (
+            r'features\.\d')
     warmup = INTERVAL  # the first interval: allocations, first publication
     ratios, estimates, costs, reported, plain_ms = [], [], [], [], []
+    positional: List[float] = []
     for _ in range(args.repeats):  # interleaved: drifts hit both alike
-        plain = train(args.iters, None, args.batch_size)['times'][warmup:]
-        hooked = train(args.iters, args.modules, args.batch_size, args.stats)
+        plain = train(
+            args.iters, None, args.batch_size,
+            model=args.model)['times'][warmup:]
+        hooked = train(args.iters, args.modules, args.batch_size, args.stats,
+                       args.model)
         times = hooked['times'][warmup:]
         ratios.append(sum(times) / sum(plain))
+        # Per position in the publication interval (iteration % INTERVAL):
+        # median time with and without the hook. Catches the cost wherever
+        # it lands (the publication of the extra names is timed in the
+        # iteration after the instrumented one) without the noise of sums.
+        by_pos = [
+            statistics.median(t[pos::INTERVAL]) -
+            statistics.median(plain[pos::INTERVAL]) for t in (times, )
+            for pos in range(INTERVAL)
+        ]
+        positional.append(sum(by_pos) / (INTERVAL * statistics.median(plain)))
         instrumented = [
             t for i, t in enumerate(times, warmup + 1) if i % INTERVAL == 0
         ]
@@ -148,9 +193,11 @@ def main() -> None:
         reported.append(statistics.median(hooked['instrument_ms'][1:]))
         plain_ms.append(statistics.median(plain) * 1e3)
     device = 'cuda' if torch.cuda.is_available() else 'cpu, 1 thread'
+    what = ('the digits demo (ResNet-mini, batch 64)' if args.model == 'demo'
+            else f'a conv/BN net, batch {args.batch_size}')
     print(f'## ModuleStatsHook(modules={args.modules!r}, stats='
-          f'{tuple(args.stats)}) on a conv/BN net, '
-          f'batch {args.batch_size}, {args.iters} iterations, interval '
+          f'{tuple(args.stats)}) on {what}, {args.iters} iterations, '
+          'interval '
           f'{INTERVAL}, {device}, median of {args.repeats} interleaved '
           'repeats')
     rows = [
@@ -158,6 +205,8 @@ def main() -> None:
          f'{statistics.median(plain_ms):8.3f}'),
         ('overhead on training time, with / without hook',
          f'{100 * (statistics.median(ratios) - 1):7.2f}%'),
+        ('overhead, per-position medians (with - without) / without',
+         f'{100 * statistics.median(positional):7.2f}%'),
         ('overhead estimated from the instrumented iterations',
          f'{100 * statistics.median(estimates):7.2f}%'),
         ('instrumented iteration: extra time vs others (ms)',
