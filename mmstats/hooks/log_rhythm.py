@@ -1,19 +1,21 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Helpers of StatsCollectorHook: when mmengine's LoggerHook writes a
-training line, inline regex flags, and the slowest rank of an interval.
+"""Helpers of StatsCollectorHook and ModuleStatsHook: when mmengine's
+LoggerHook writes a training line and when statistics are published, inline
+regex flags, and the slowest rank of an interval.
 
 StatsCollectorHook publishes exactly where LoggerHook logs, so that a log
 line always shows the statistics of the iterations it covers (see
 ``docs/logging.md``).
 """
 import re
-from typing import Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 from mmengine.dist import get_comm_device, get_rank, get_world_size
 from mmengine.hooks import LoggerHook
-from mmengine.runner import LogProcessor
+from mmengine.optim import OptimWrapper
+from mmengine.runner import EpochBasedTrainLoop, LogProcessor
 
 _GLOBAL_FLAGS = re.compile(r'\(\?([aiLmsux]+)\)')
 
@@ -42,6 +44,54 @@ def logs_train_line(runner, batch_idx: int, interval: int,
     loader = runner.train_dataloader
     return batch_idx + 1 == len(loader) and (not ignore_last
                                              or len(loader) <= interval)
+
+
+def epoch_ends_after(runner, batch_idx: int) -> bool:
+    """Whether training iteration ``batch_idx`` is the last of an epoch
+    (EpochBasedTrainLoop only)."""
+    return (isinstance(runner.train_loop, EpochBasedTrainLoop)
+            and batch_idx + 1 == len(runner.train_dataloader))
+
+
+def train_publication(runner, batch_idx: int, interval: int,
+                      logger: Optional[LoggerHook]) -> Tuple[bool, bool]:
+    """StatsCollectorHook's rule for training iteration ``batch_idx``.
+
+    Returns:
+        tuple[bool, bool]: Whether the statistics are published after it
+        (where ``logger`` writes a training line, every ``interval``
+        iterations, at the end of every epoch), and whether ``logger``
+        writes a line there.
+    """
+    logged = logger is not None and logs_train_line(
+        runner, batch_idx, logger.interval, logger.ignore_last)
+    publishes = (
+        logged or logs_train_line(runner, batch_idx, interval, True)
+        or epoch_ends_after(runner, batch_idx))
+    return publishes, logged
+
+
+def last_step_before_publication(runner, batch_idx: int,
+                                 optim_wrapper: OptimWrapper,
+                                 publishes_after: Callable[[object, int],
+                                                           bool]) -> bool:
+    """Whether the optimizer steps in training iteration ``batch_idx`` and
+    it is the last step up to a publication (gradient accumulation: a
+    publication within the next ``accumulative_counts`` iterations).
+
+    Args:
+        publishes_after (Callable): ``(runner, batch_idx) -> bool``, the
+            publication rule.
+    """
+    if not optim_wrapper.should_sync():  # no step in this iteration
+        return False
+    counts = optim_wrapper._accumulative_counts
+    if isinstance(runner.train_loop, EpochBasedTrainLoop):
+        last = len(runner.train_dataloader) - 1  # always publishes
+        if batch_idx + counts - 1 >= last:
+            return True
+    return any(
+        publishes_after(runner, batch_idx + ahead) for ahead in range(counts))
 
 
 def log_current_value(processor: LogProcessor, key: str) -> None:

@@ -11,34 +11,18 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapper, OptimWrapperDict
-from mmengine.runner import EpochBasedTrainLoop
 from torch import nn
 
 from mmstats.registry import HOOKS
 from mmstats.stats import report
-from .log_rhythm import find_logger_hook, logs_train_line
+from .log_rhythm import (epoch_ends_after, find_logger_hook,
+                         last_step_before_publication, train_publication)
+from .module_tensors import SegmentNorms, amp_grad_scale, floating_tensors
 from .stats_collector_hook import DEFAULT_INTERVAL, StatsCollectorHook
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 Params = List[torch.Tensor]
 MODULE_STATS = ('act', 'grad_norm', 'weight_norm', 'update_ratio')
-
-
-def amp_grad_scale(optim_wrapper: OptimWrapper) -> Optional[torch.Tensor]:
-    """The loss scale the gradients are still multiplied by, or None.
-
-    ``AmpOptimWrapper.backward`` scales the loss by its ``loss_scaler`` (a
-    ``GradScaler``); its ``step`` unscales the gradients in place only if
-    ``clip_grad`` is set (``unscale_``), else inside ``scaler.step``. The
-    scale is read as a device tensor (no host sync).
-    """
-    scaler = getattr(optim_wrapper, 'loss_scaler', None)
-    if scaler is None or not scaler.is_enabled():
-        return None
-    state = scaler._per_optimizer_states.get(id(optim_wrapper.optimizer))
-    if state is not None and state['stage'].name == 'UNSCALED':
-        return None  # the user already called unscale_ in this step
-    return scaler._get_scale_async()
 
 
 @HOOKS.register_module()
@@ -63,12 +47,10 @@ class ModuleStatsHook(Hook):
     - ``<prefix>/instrument_ms``: the host time spent by the
       instrumentation on that iteration.
 
-    Forward hooks are attached only on the iteration after which
-    StatsCollectorHook publishes (the one whose LoggerHook line shows
-    them) and the optimizer wrapper's ``step`` is wrapped only on the
-    iteration of the last optimizer step up to it (the same one without
-    gradient accumulation); both are removed afterwards. Modules without
-    gradients (frozen) get no ``grad_norm``/``update_ratio``. See
+    Forward hooks and a wrapped optimizer ``step`` are attached only on the
+    iteration after which StatsCollectorHook publishes (with gradient
+    accumulation: the last optimizer step up to it) and removed afterwards.
+    Frozen modules get no ``grad_norm``/``update_ratio``. See
     ``docs/module_stats.md`` (schedule, AMP, cost).
 
     Args:
@@ -115,7 +97,6 @@ class ModuleStatsHook(Hook):
         self._patched: List[Tuple[OptimWrapper, Optional[Callable]]] = []
         self._cost = 0.0
         self._instrumented = False
-        self._owner_index: Dict[tuple, torch.Tensor] = {}
 
     @property
     def targets(self) -> Dict[str, nn.Module]:
@@ -125,6 +106,9 @@ class ModuleStatsHook(Hook):
     @targets.setter
     def targets(self, targets: Dict[str, nn.Module]) -> None:
         self._targets = targets
+        # segments [0, M): weights or gradients, [M, 2M): updates,
+        # [2M, 3M): weights before the step (M modules)
+        self._norms = SegmentNorms(3 * len(targets))
         # (module index, parameter) of every target, recursively
         self._owned_params: List[Tuple[int, nn.Parameter]] = [
             (index, param) for index, module in enumerate(targets.values())
@@ -175,34 +159,11 @@ class ModuleStatsHook(Hook):
         """Whether the statistics are published after iteration
         ``batch_idx`` (StatsCollectorHook's rule: where LoggerHook writes a
         line, every ``interval`` iterations, at the end of every epoch)."""
-        loader_len = len(runner.train_dataloader)
-        epoch_end = (
-            isinstance(runner.train_loop, EpochBasedTrainLoop)
-            and batch_idx + 1 == loader_len)
         collector = self._collector_hook
-        if epoch_end or (collector is not None and collector.by_epoch):
-            return epoch_end
-        logger = self._logger
-        if logger is not None and logs_train_line(
-                runner, batch_idx, logger.interval, logger.ignore_last):
-            return True
-        return logs_train_line(runner, batch_idx, self._interval, True)
-
-    def _steps_for_publication(self, runner, batch_idx: int,
-                               optim_wrapper: OptimWrapper) -> bool:
-        """Whether the optimizer steps in iteration ``batch_idx`` and it is
-        the last step up to a publication (gradient accumulation: a
-        publication within the next ``accumulative_counts`` iterations)."""
-        if not optim_wrapper.should_sync():  # no step in this iteration
-            return False
-        counts = optim_wrapper._accumulative_counts
-        if isinstance(runner.train_loop, EpochBasedTrainLoop):
-            last = len(runner.train_dataloader) - 1  # always publishes
-            if batch_idx + counts - 1 >= last:
-                return True
-        return any(
-            self.publishes_after(runner, batch_idx + ahead)
-            for ahead in range(counts))
+        if collector is not None and collector.by_epoch:
+            return epoch_ends_after(runner, batch_idx)
+        return train_publication(runner, batch_idx, self._interval,
+                                 self._logger)[0]
 
     # -- instrumentation -------------------------------------------------
     def before_train_iter(self,
@@ -216,8 +177,9 @@ class ModuleStatsHook(Hook):
             if optim_wrapper._accumulative_counts == 1:  # steps every time
                 steps = publishes
             else:
-                steps = self._steps_for_publication(runner, batch_idx,
-                                                    optim_wrapper)
+                steps = last_step_before_publication(runner, batch_idx,
+                                                     optim_wrapper,
+                                                     self.publishes_after)
             if steps:
                 self._patch_step(optim_wrapper)
         if publishes and 'act' in self.stats:
@@ -264,7 +226,7 @@ class ModuleStatsHook(Hook):
 
         def forward_hook(module, args, output) -> None:
             start = time.perf_counter()
-            for tensor in _floating_tensors(output):
+            for tensor in floating_tensors(output):
                 report(key, tensor.detach())
             self._cost += time.perf_counter() - start
 
@@ -300,7 +262,7 @@ class ModuleStatsHook(Hook):
         if not params:  # every module frozen (or unused)
             return [], [], []
         if 'grad_norm' in self.stats:
-            norms = self._segment_norms([p.grad for p in params], owners)
+            norms = self._norms([p.grad for p in params], owners)
             scale = amp_grad_scale(optim_wrapper)
             if scale is not None:
                 norms = norms / scale.double()
@@ -327,7 +289,7 @@ class ModuleStatsHook(Hook):
                          for o in owners] + [2 * num + o for o in owners]
         if not tensors:
             return
-        norms = self._segment_norms(tensors, segments).view(3, -1)
+        norms = self._norms(tensors, segments).view(3, -1)
         if 'weight_norm' in self.stats:
             self._report_per_module('weight_norm', norms[0],
                                     [index for index, _ in self._owned_params])
@@ -335,38 +297,9 @@ class ModuleStatsHook(Hook):
             self._report_per_module('update_ratio', norms[1] / norms[2],
                                     owners)
 
-    def _segment_norms(self, tensors: Params,
-                       owners: List[int]) -> torch.Tensor:
-        """Per segment (3 per module), the L2 norm of the elements of its
-        ``tensors`` (``owners[i]`` is the segment of ``tensors[i]``):
-        float64, on the tensors' device, no host sync (index tensors are
-        cached)."""
-        per_tensor = torch.stack(torch._foreach_norm(tensors)).double()
-        device = per_tensor.device
-        key = (tuple(owners), device)
-        index = self._owner_index.get(key)
-        if index is None:  # built once per parameter layout
-            index = torch.tensor(owners, device=device)
-            self._owner_index[key] = index
-        squares = torch.zeros(
-            3 * len(self.targets), dtype=torch.float64, device=device)
-        return squares.index_add_(0, index, per_tensor.square()).sqrt_()
-
     def _report_per_module(self, stat: str, values: torch.Tensor,
                            owners: List[int]) -> None:
         """Report ``values[i]`` for every module ``i`` in ``owners``."""
         names = list(self.targets)
         for index in sorted(set(owners)):
             report(f'{self.prefix}/{names[index]}/{stat}', values[index])
-
-
-def _floating_tensors(output) -> Sequence[torch.Tensor]:
-    """The floating-point tensors of a module's output (tensor, tuple, list
-    or dict, nested)."""
-    if isinstance(output, torch.Tensor):
-        return [output] if output.is_floating_point() else []
-    if isinstance(output, dict):
-        output = list(output.values())
-    if isinstance(output, (list, tuple)):
-        return [t for item in output for t in _floating_tensors(item)]
-    return []

@@ -5,14 +5,14 @@ from typing import Dict, Optional, Sequence, Union
 
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.runner import EpochBasedTrainLoop, LogProcessor
+from mmengine.runner import LogProcessor
 
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
 from mmstats.stats.workers import (deliver_worker_reports,
                                    enable_worker_reporting)
-from .log_rhythm import (find_logger_hook, log_current_value, logs_train_line,
-                         slowest_rank)
+from .log_rhythm import (find_logger_hook, log_current_value, slowest_rank,
+                         train_publication)
 from .stats_collector_args import check_args, check_log_regex
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
@@ -273,14 +273,9 @@ class StatsCollectorHook(Hook):
             self._report_timing(runner)
         if self.by_epoch:
             return
-        logger = self._logger
-        logged = logger is not None and logs_train_line(
-            runner, batch_idx, logger.interval, logger.ignore_last)
-        ours = logs_train_line(runner, batch_idx, self.interval, True)
-        epoch_end = (
-            isinstance(runner.train_loop, EpochBasedTrainLoop)
-            and batch_idx + 1 == len(runner.train_dataloader))
-        if logged or ours or epoch_end:
+        publishes, logged = train_publication(runner, batch_idx, self.interval,
+                                              self._logger)
+        if publishes:
             self._publish(runner, 'train', logged, step=runner.iter + 1)
 
     def _report_timing(self, runner) -> None:

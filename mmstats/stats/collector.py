@@ -2,17 +2,16 @@
 """Collector: exact statistics over all ranks of what :func:`report` got."""
 import math
 import re
-import weakref
 from functools import partial
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from .handoff import flush, register
 from .moments import M2, MAX, MEAN, MIN, NONFINITE, N, empty_rows, merge_rows
 from .protocol import NameTable, RankFailure, ReduceFns
-from .reporting import LIVE_COLLECTORS, STORE
-from .sketch import SKETCHES, clamped_quantiles, counts_in_order
+from .sketch import clamped_quantiles, counts_in_order
 
 __all__ = ['Collector', 'STAT_NAMES', 'flush']
 
@@ -21,29 +20,6 @@ MIN_AT, MAX_AT = STAT_NAMES.index('min'), STAT_NAMES.index('max')
 # Defaults of the name table's bounds (see docs/stats.md).
 MAX_NAMES = 4096
 EVICT_AFTER = 100
-# ids of the live collectors that sketch (SKETCHES.enabled while any)
-_SKETCHING: set = set()
-
-
-def _live() -> List['Collector']:
-    refs = list(LIVE_COLLECTORS.values())
-    return [c for c in (ref() for ref in refs) if c is not None]
-
-
-def flush() -> None:
-    """Reduce every pending value to one row per name and hand the rows to
-    each live collector whose regex matches (syncs the devices used)."""
-    collectors = _live()
-    if not collectors:
-        STORE.reset()
-        return
-    if SKETCHES.enabled:
-        names, rows, counts = STORE.flush_with_sketches()
-    else:
-        (names, rows), counts = STORE.flush(), None
-    if names:
-        for collector in collectors:
-            collector._receive(names, rows, counts)
 
 
 def _compile(regex: Union[str, Pattern]) -> Pattern:
@@ -59,14 +35,6 @@ def _compile(regex: Union[str, Pattern]) -> Pattern:
     except re.error as e:
         raise ValueError(f'Collector: regex {regex!r} is not a valid '
                          f'regular expression: {e}') from None
-
-
-def _forget(key: int) -> None:
-    LIVE_COLLECTORS.pop(key, None)
-    _SKETCHING.discard(key)
-    SKETCHES.enabled = bool(_SKETCHING)
-    if not LIVE_COLLECTORS:  # nobody will read them any more
-        STORE.reset()
 
 
 class Collector:
@@ -130,9 +98,6 @@ class Collector:
             if value < 1:
                 raise ValueError(f'Collector: {arg} must be a positive int, '
                                  f'got {value!r}')
-        # Values reported before this collector exists belong to others.
-        if LIVE_COLLECTORS:
-            flush()
         self._regex = compiled
         self._keep_previous = keep_previous
         self._group = group
@@ -144,12 +109,7 @@ class Collector:
         self._sketch = sketch
         self._counts: Dict[str, np.ndarray] = {}  # pending, this rank
         self._sketches: Dict[str, np.ndarray] = {}  # published, merged
-        key = id(self)
-        if sketch:
-            _SKETCHING.add(key)
-            SKETCHES.enabled = True
-        LIVE_COLLECTORS[key] = weakref.ref(
-            self, lambda _, key=key: _forget(key))
+        register(self, sketch)
 
     # -- accumulation ------------------------------------------------------
     def _receive(self,
