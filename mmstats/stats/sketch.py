@@ -227,7 +227,11 @@ class PendingSketches:
 
     def add(self, name: str, values: torch.Tensor) -> None:
         """Count ``values`` under ``name`` (no sync)."""
-        counts = self.buckets.bucket_counts(values)
+        self.add_counts(name, self.buckets.bucket_counts(values))
+
+    def add_counts(self, name: str, counts: torch.Tensor) -> None:
+        """Add bucket ``counts`` counted elsewhere (e.g. in a DataLoader
+        worker) under ``name``."""
         with self.lock:
             per_device = self.counts.setdefault(name, {})
             total = per_device.get(counts.device)

@@ -5,34 +5,39 @@ A worker is a process: nothing flows back to the main process except the
 batches. :func:`enable_worker_reporting` wraps the ``collate_fn`` of a
 Runner's loaders; in a worker, the wrapper reduces the values reported
 while the batch was built (``Dataset.__getitem__``, transforms, collate) to
-one moments row per name and attaches them to the batch (a dict / list
+one moments row per name (and, when a collector sketches, the names'
+nonzero sketch buckets) and attaches them to the batch (a dict / list
 subclass with one attribute: the model sees the same keys and items).
 :func:`deliver_worker_reports` pops them from the batch in the main process
 and adds them to the store, once. See ``docs/reporting.md``.
 """
+import os
 import warnings
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from . import reporting
-from .moments import N
+from .moments import NONFINITE, N
+from .sketch import SKETCHES
 
 __all__ = ['enable_worker_reporting', 'deliver_worker_reports']
 
 _WORKER_KEY = 'dataloader-worker'
+_F64 = torch.float64
 _ATTR = 'mmstats_reports'
 
 
 class ReportedDict(dict):
     """A collated dict batch that carries a worker's reported values."""
-    mmstats_reports: Optional[Tuple[List[str], torch.Tensor]] = None
+    mmstats_reports: Optional[tuple] = None  # (names, rows, sketch counts)
 
 
 class ReportedList(list):
     """A collated list batch that carries a worker's reported values."""
-    mmstats_reports: Optional[Tuple[List[str], torch.Tensor]] = None
+    mmstats_reports: Optional[tuple] = None  # (names, rows, sketch counts)
 
 
 def _dead_ref() -> None:
@@ -50,48 +55,66 @@ class WorkerReportingCollate:
     def __init__(self, collate_fn: Callable) -> None:
         self.collate_fn = collate_fn
 
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__, pid=os.getpid(), sketch=SKETCHES.enabled)
+
     def __setstate__(self, state: dict) -> None:
-        # Unpickled in a spawned worker: reporting is on there (its parent
-        # enabled it), although no collector lives in the worker.
+        # Unpickled in another process (a spawned worker, while it starts:
+        # before get_worker_info() is set): reporting, and sketching if it
+        # was on in the parent, is on there, although no collector lives
+        # there.
+        pid, sketch = state.pop('pid', None), state.pop('sketch', False)
         self.__dict__.update(state)
-        if get_worker_info() is not None or _in_spawned_child():
+        if pid != os.getpid() or get_worker_info() is not None:
             reporting.LIVE_COLLECTORS.setdefault(_WORKER_KEY, _dead_ref)
+            SKETCHES.enabled = SKETCHES.enabled or sketch
 
     def __call__(self, samples: Any) -> Any:
         batch = self.collate_fn(samples)
         if get_worker_info() is None:  # main process: values are in STORE
             return batch
-        names, rows = reporting.STORE.flush()
+        names, rows, counts = reporting.STORE.flush_with_sketches()
         if not names:
             return batch
+        payload = (names, rows, _sparse(counts))
         if isinstance(batch, dict) and type(batch) in (dict, ReportedDict):
             batch = ReportedDict(batch)
         elif isinstance(batch, list) and type(batch) in (list, ReportedList):
             batch = ReportedList(batch)
         else:  # no attribute to carry them: they wait for the next batch
-            _keep(names, rows)
+            _add_reports(payload, '')
             return batch
-        setattr(batch, _ATTR, (names, rows))
+        setattr(batch, _ATTR, payload)
         return batch
 
 
-def _in_spawned_child() -> bool:
-    import multiprocessing
-    return multiprocessing.parent_process() is not None
+def _sparse(counts: Optional[np.ndarray]) -> Optional[tuple]:
+    """Sketch counts ``(names, buckets)`` as ``(name index, bucket, count)``
+    arrays: a batch fills few of the ~4k buckets per name."""
+    if counts is None:
+        return None
+    rows, cols = np.nonzero(counts)
+    return rows, cols, counts[rows, cols]
 
 
-def _keep(names: List[str], rows: torch.Tensor) -> None:
-    _add_rows(names, rows, '')
-
-
-def _add_rows(names: List[str], rows: torch.Tensor, prefix: str) -> None:
+def _add_reports(payload: tuple, prefix: str) -> None:
+    """Add a worker's ``(names, rows, sparse counts)`` to the stores."""
+    names, rows, sparse = payload
     store = reporting.STORE
     with store.lock:
         for name, row in zip(names, rows):
-            if row[N] == 0:  # a name registered without values
+            if row[N] == 0 and row[NONFINITE] == 0:  # registered, no value
                 store.empty.add(prefix + name)
             else:
                 store.add_row(prefix + name, row.clone())
+    if sparse is None or not SKETCHES.enabled:
+        return
+    name_index, buckets, counts = sparse
+    dense = torch.zeros(len(names), SKETCHES.buckets.size, dtype=_F64)
+    dense[torch.from_numpy(name_index),
+          torch.from_numpy(buckets)] = torch.from_numpy(counts)
+    for i in np.unique(name_index).tolist():
+        SKETCHES.add_counts(prefix + names[i], dense[i])
 
 
 def deliver_worker_reports(data_batch: Any) -> None:
@@ -107,7 +130,7 @@ def deliver_worker_reports(data_batch: Any) -> None:
         return
     setattr(data_batch, _ATTR, None)
     if reporting.LIVE_COLLECTORS and not reporting._SUSPENDED[0]:
-        _add_rows(payload[0], payload[1], reporting.current_phase())
+        _add_reports(payload, reporting.current_phase())
 
 
 def _loops(runner: Any) -> list:
