@@ -114,3 +114,46 @@ def test_real_runner_quantiles_two_ranks(tmp_path):
     assert not np.allclose(losses[0], losses[1])  # ranks really differ
     spreads = np.stack([r['spreads'] for r in results])
     _check(results[0]['scalars'], losses, spreads)
+
+
+@ROOT_HOOKS.register_module(force=True)
+class BatchIdsHook(Hook):
+    """Keep the sample indices of every consumed training batch."""
+    priority = 'VERY_HIGH'
+
+    def __init__(self):
+        self.ids = []
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        self.ids.append(data_batch['data_samples']['img_id'].tolist())
+
+
+def test_real_runner_quantiles_of_worker_values(tmp_path, clean_mmengine):
+    """The dataset reports its sample index in 2 DataLoader workers: each
+    publication's p50/p99 of ``data/idx`` is that of the indices of exactly
+    the batches its iterations consumed."""
+    cfg = toy_cfg(
+        str(tmp_path),
+        by_epoch=False,
+        max_iters=MAX_ITERS,
+        log_interval=LOG_INTERVAL)
+    cfg.train_dataloader.num_workers = 2
+    cfg.train_dataloader.dataset.report_name = 'data/idx'
+    cfg.custom_hooks = [
+        dict(type='mmstats.StatsCollectorHook', stats=('num', ) + STATS),
+        dict(type='BatchIdsHook')
+    ]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    ids = [h for h in runner.hooks if isinstance(h, BatchIdsHook)][0].ids
+    scalars = _read_scalars(runner.log_dir)
+    for step in range(LOG_INTERVAL, MAX_ITERS + 1, LOG_INTERVAL):
+        window = np.concatenate(ids[step - LOG_INTERVAL:step]).astype(float)
+        record = scalars[step]
+        assert record['stats/data/idx/num'] == window.size
+        assert record['stats/data/idx/mean'] == window.mean()
+        for stat, q in (('p50', 0.5), ('p99', 0.99)):
+            true = np.quantile(window, q, method='lower')
+            assert_within_alpha(
+                np.array([record[f'stats/data/idx/{stat}']]), np.array([true]),
+                ALPHA + 1e-6)
