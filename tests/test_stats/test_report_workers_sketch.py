@@ -41,8 +41,7 @@ def test_worker_values_reach_sketches(context):
         batch_size=4,
         num_workers=2,
         multiprocessing_context=context,
-        collate_fn=WorkerReportingCollate(
-            torch.utils.data.default_collate))
+        collate_fn=WorkerReportingCollate(torch.utils.data.default_collate))
     seen = []
     for batch in loader:
         assert batch.mmstats_reports is not None  # rode with the batch
