@@ -279,9 +279,10 @@ class ModuleStatsHook(Hook):
         ``[2M, 3M)`` the weights before (``M`` modules)."""
         tensors: Params = []
         segments: List[int] = []
+        every_owner = [index for index, _ in self._owned_params]
         if 'weight_norm' in self.stats:
             tensors += [p.detach() for _, p in self._owned_params]
-            segments += [index for index, _ in self._owned_params]
+            segments += every_owner
         if params:
             num = len(self.targets)
             tensors += torch._foreach_sub(params, old) + old
@@ -291,8 +292,7 @@ class ModuleStatsHook(Hook):
             return
         norms = self._norms(tensors, segments).view(3, -1)
         if 'weight_norm' in self.stats:
-            self._report_per_module('weight_norm', norms[0],
-                                    [index for index, _ in self._owned_params])
+            self._report_per_module('weight_norm', norms[0], every_owner)
         if params:
             self._report_per_module('update_ratio', norms[1] / norms[2],
                                     owners)

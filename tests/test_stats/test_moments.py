@@ -49,6 +49,10 @@ def test_reduce_tensor_matches_numpy(numel, dtype):
     assert_row(row, x.double().numpy())
 
 
+def test_reduce_tensor_empty():
+    assert_row(reduce_tensor(torch.zeros(0, 3)), np.zeros(0))
+
+
 def test_reduce_tensor_all_nonfinite_chunks():
     x = torch.full((2 * LARGE_CHUNK_NUMEL + 3, ), float('nan'))
     x[5] = 2.5
