@@ -13,6 +13,7 @@ from mmengine.runner import Runner
 from mmstats import report
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, toy_cfg
+from tests.test_hooks.test_stats_collector_runner import BatchIdsHook
 from tests.test_stats.test_sketch import ALPHA, assert_within_alpha
 
 LOG_INTERVAL, MAX_ITERS = 5, 10
@@ -114,18 +115,6 @@ def test_real_runner_quantiles_two_ranks(tmp_path):
     assert not np.allclose(losses[0], losses[1])  # ranks really differ
     spreads = np.stack([r['spreads'] for r in results])
     _check(results[0]['scalars'], losses, spreads)
-
-
-@ROOT_HOOKS.register_module(force=True)
-class BatchIdsHook(Hook):
-    """Keep the sample indices of every consumed training batch."""
-    priority = 'VERY_HIGH'
-
-    def __init__(self):
-        self.ids = []
-
-    def before_train_iter(self, runner, batch_idx, data_batch=None):
-        self.ids.append(data_batch['data_samples']['img_id'].tolist())
 
 
 def test_real_runner_quantiles_of_worker_values(tmp_path, clean_mmengine):
