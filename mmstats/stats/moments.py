@@ -114,10 +114,10 @@ def _reduce_cpu_chunk(x: torch.Tensor) -> torch.Tensor:
     low, high = low.item(), high.item()
     if not (math.isfinite(low) and math.isfinite(high)):
         return reduce_values(x.to(_F64))[0]
-    x64 = x.to(_F64)
+    x64 = x.to(_F64, copy=True)
     n = x64.numel()
     mean = x64.sum().item() / n
-    dev = x64 - mean
+    dev = x64.sub_(mean)  # a copy (float64 input too): reuse its memory
     mean_fix = dev.sum().item() / n
     m2 = torch.dot(dev, dev).item() - mean_fix * mean_fix * n
     return torch.tensor([n, mean + mean_fix,

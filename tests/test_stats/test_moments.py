@@ -82,3 +82,11 @@ def test_reduce_groups_matches_numpy():
 def test_reduce_tensor_other_dtypes(dtype):
     x = (torch.arange(2 * LARGE_CHUNK_NUMEL + 5) % 7).to(dtype)
     assert_row(reduce_tensor(x), x.double().numpy())
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+def test_reduce_tensor_leaves_its_input_alone(dtype):
+    x = torch.randn(3 * LARGE_CHUNK_NUMEL, dtype=dtype) + 5
+    before = x.clone()
+    reduce_tensor(x)
+    assert torch.equal(x, before)
