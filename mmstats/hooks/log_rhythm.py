@@ -1,7 +1,7 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """Helpers of StatsCollectorHook and ModuleStatsHook: when mmengine's
 LoggerHook writes a training line and when statistics are published, inline
-regex flags, and the slowest rank of an interval.
+regex flags, and every rank's iteration times and the slowest rank.
 
 StatsCollectorHook publishes exactly where LoggerHook logs, so that a log
 line always shows the statistics of the iterations it covers (see
@@ -16,6 +16,8 @@ from mmengine.dist import get_comm_device, get_rank, get_world_size
 from mmengine.hooks import LoggerHook
 from mmengine.optim import OptimWrapper
 from mmengine.runner import EpochBasedTrainLoop, LogProcessor
+
+from mmstats.stats import report
 
 _GLOBAL_FLAGS = re.compile(r'\(\?([aiLmsux]+)\)')
 
@@ -118,6 +120,21 @@ def scope_inline_flags(regex: str) -> str:
     if match is None:
         return regex
     return f'(?{match.group(1)}:{regex[match.end():]})'
+
+
+def report_iteration_times(runner) -> float:
+    """Report this rank's ``time`` and ``data_time`` of the iteration that
+    just ended (IterTimerHook's, from the message hub) under those names;
+    return the ``data_time`` (0 if there is none)."""
+    data_time = 0.0
+    for key in ('time', 'data_time'):
+        buffer = runner.message_hub.log_scalars.get(f'train/{key}')
+        if buffer is not None:
+            value = float(buffer.current())
+            report(key, value)
+            if key == 'data_time':
+                data_time = value
+    return data_time
 
 
 def slowest_rank(seconds: float) -> Optional[int]:

@@ -11,7 +11,8 @@ from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
 from mmstats.stats.workers import (deliver_worker_reports,
                                    enable_worker_reporting)
-from .log_rhythm import (find_logger_hook, log_current_value, slowest_rank,
+from .log_rhythm import (find_logger_hook, log_current_value,
+                         report_iteration_times, slowest_rank,
                          train_publication)
 from .stats_collector_args import check_args, check_log_regex
 
@@ -25,19 +26,14 @@ _PHASE_PREFIX = re.compile(r'^(val|test)/')
 class StatsCollectorHook(Hook):
     """Reduce what :func:`mmstats.report` recorded over all ranks and log it.
 
-    All ranks call :meth:`Collector.update` (a collective) on the iterations
-    where LoggerHook writes a training line and at the end of every epoch,
-    so each publication covers exactly the iterations since the previous
-    one. Every statistic of ``stats`` goes to the visualizers
-    (``scalars.json``, TensorBoard) with the iteration as step and to the
-    message hub, as ``<prefix>/<name>/<stat>``, at every publication; the
-    text line (where LoggerHook writes one) shows the short keys
-    ``<name>/<stat>`` of ``log_stats`` only. See ``docs/logging.md``.
-
-    Values reported while a validation or test loop runs are kept apart
-    (names prefixed ``val/``, ``test/``) and published when that loop ends.
-    Values reported in DataLoader workers (dataset, transforms) count with
-    the iteration that consumes their batch.
+    All ranks publish (a collective) where LoggerHook writes a training line
+    and at every epoch end, so each publication covers exactly the
+    iterations since the previous one: every statistic of ``stats`` to the
+    visualizers and the message hub as ``<prefix>/<name>/<stat>``, the short
+    keys ``<name>/<stat>`` of ``log_stats`` to the text line. Validation and
+    test values are kept apart (``val/``, ``test/``) and published when
+    their loop ends; values from DataLoader workers count with the iteration
+    that consumes their batch. See ``docs/logging.md``.
 
     Args:
         interval (int, optional): Publish every ``interval`` inner
@@ -270,23 +266,13 @@ class StatsCollectorHook(Hook):
             for name, value in outputs.items():
                 report(name, value)
         if self.collect_timing:
-            self._report_timing(runner)
+            self._time_sum += report_iteration_times(runner)
         if self.by_epoch:
             return
         publishes, logged = train_publication(runner, batch_idx, self.interval,
                                               self._logger)
         if publishes:
             self._publish(runner, 'train', logged, step=runner.iter + 1)
-
-    def _report_timing(self, runner) -> None:
-        hub = runner.message_hub
-        for key in ('time', 'data_time'):
-            buffer = hub.log_scalars.get(f'train/{key}')
-            if buffer is not None:
-                value = float(buffer.current())
-                report(key, value)
-                if key == 'data_time':
-                    self._time_sum += value
 
     def after_train_epoch(self, runner) -> None:
         if not self.by_epoch:

@@ -8,9 +8,10 @@ from typing import Any, Dict, List, Optional, Pattern, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from .collectives import ReduceFns
 from .handoff import flush, register
 from .moments import M2, MAX, MEAN, MIN, NONFINITE, N, empty_rows, merge_rows
-from .protocol import NameTable, RankFailure, ReduceFns
+from .protocol import NameTable, RankFailure
 from .sketch import clamped_quantiles, counts_in_order
 
 __all__ = ['Collector', 'STAT_NAMES', 'flush']

@@ -6,8 +6,8 @@ which reduces every pending value once and hands the rows to each of them.
 import weakref
 from typing import Any, List
 
+from .pending_sketches import SKETCHES
 from .reporting import LIVE_COLLECTORS, STORE
-from .sketch import SKETCHES
 
 __all__ = ['register', 'live_collectors', 'flush']
 

@@ -20,10 +20,8 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
-import torch.distributed as dist
-from mmengine.dist import get_comm_device, get_rank, get_world_size
 
+from .collectives import ReduceFns
 from .moments import M2, MAX, MEAN, MIN, NONFINITE, ROW_WIDTH, N
 
 __all__ = ['ReduceFns', 'NameTable', 'RankFailure', 'reduce_moments']
@@ -37,53 +35,6 @@ SHOWN_NAMES = 5
 
 class RankFailure(RuntimeError):
     """Raised on every rank when :meth:`NameTable.sync` saw a failure."""
-
-
-class ReduceFns:
-    """The collectives of the protocol, on host float64 arrays.
-
-    Injectable: tests pass an object with the same methods that simulates
-    several ranks in one process. Every method is a collective when the
-    group has more than one rank (a no-op otherwise).
-
-    Args:
-        group (ProcessGroup, optional): Process group. Defaults to None
-            (the default group).
-    """
-
-    def __init__(self, group: Optional[Any] = None) -> None:
-        self.group = group
-
-    @property
-    def world_size(self) -> int:
-        return get_world_size(self.group)
-
-    @property
-    def rank(self) -> int:
-        return get_rank(self.group)
-
-    def _all_reduce(self, x: np.ndarray, op: Any) -> np.ndarray:
-        if self.world_size == 1:
-            return x
-        tensor = torch.from_numpy(x).to(get_comm_device(self.group))
-        dist.all_reduce(tensor, op=op, group=self.group)
-        return tensor.cpu().numpy()
-
-    def all_reduce_sum(self, x: np.ndarray) -> np.ndarray:
-        """Elementwise sum over ranks (identical bits on every rank)."""
-        return self._all_reduce(x, dist.ReduceOp.SUM)
-
-    def all_reduce_max(self, x: np.ndarray) -> np.ndarray:
-        """Elementwise maximum over ranks."""
-        return self._all_reduce(x, dist.ReduceOp.MAX)
-
-    def all_gather_object(self, obj: Any) -> List[Any]:
-        """Every rank's ``obj``, indexed by rank."""
-        if self.world_size == 1:
-            return [obj]
-        out: List[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj, group=self.group)
-        return out
 
 
 def sum_blocks(fns: ReduceFns,

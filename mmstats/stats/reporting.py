@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator, Optional
 import torch
 from mmengine.dist import get_rank
 
-from .sketch import SKETCHES
+from .pending_sketches import SKETCHES
 from .store import (LARGE_NUMEL, MAX_PENDING_NUMBERS, MAX_PENDING_ROWS,
                     MAX_PENDING_TENSORS, PendingStore, RootStore)
 from .values import add_value, name_error

@@ -10,7 +10,7 @@ import torch
 
 from .moments import (compact_rows, compact_tensors, merge_rows, reduce_groups,
                       reduce_tensor, reduce_values)
-from .sketch import SKETCHES
+from .pending_sketches import SKETCHES
 from .values import check_tensor
 
 __all__ = ['PendingStore', 'RootStore']

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, get_worker_info
 
 from . import reporting
 from .moments import NONFINITE, N
-from .sketch import SKETCHES
+from .pending_sketches import SKETCHES
 
 __all__ = ['enable_worker_reporting', 'deliver_worker_reports']
 

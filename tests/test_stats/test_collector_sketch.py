@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from mmstats.stats import Collector, report
-from mmstats.stats.protocol import ReduceFns
-from mmstats.stats.sketch import SKETCHES
+from mmstats.stats.collectives import ReduceFns
+from mmstats.stats.pending_sketches import SKETCHES
 from mmstats.stats.store import LARGE_NUMEL, MAX_PENDING_TENSORS
 from tests.helpers.dist import run_distributed
 from tests.test_stats.test_sketch import (QS, assert_within_alpha,

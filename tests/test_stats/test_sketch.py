@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from mmstats.stats.sketch import (DEFAULT_BUCKETS, LogBuckets, PendingSketches,
-                                  bucket_counts, group_bucket_counts,
-                                  quantiles)
+from mmstats.stats.pending_sketches import PendingSketches
+from mmstats.stats.sketch import (DEFAULT_BUCKETS, LogBuckets, bucket_counts,
+                                  group_bucket_counts, quantiles)
 
 QS = np.linspace(0, 1, 201)
 ALPHA = DEFAULT_BUCKETS.relative_accuracy
