@@ -24,9 +24,6 @@ __all__ = [
 N, MEAN, M2, MIN, MAX, NONFINITE = range(6)
 ROW_WIDTH = 6
 
-# Chunk size of compactions: keeps the temporaries small (large ones are
-# fresh, page-faulting allocations on CPU).
-CHUNK_NUMEL = 16384
 # Chunk size of the reduction of one large CPU tensor: its float64
 # temporaries stay in the allocator's reused memory, where whole-tensor ones
 # (4 MB per 512 k elements) are fresh, page-faulting allocations. 524 k
@@ -210,7 +207,7 @@ def merge_rows(rows: torch.Tensor, seg: torch.Tensor,
 
 
 def compact_tensors(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
-    """Reduce float64 tensors to rows, per device and chunk (no sync)."""
+    """Reduce float64 tensors to one row per device (no device sync)."""
     try:  # common case: same shape and device, one op
         flats = [torch.stack(tensors).reshape(-1)]
     except RuntimeError:
@@ -218,10 +215,7 @@ def compact_tensors(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
         for t in tensors:
             by_device.setdefault(t.device, []).append(t.reshape(-1))
         flats = [torch.cat(ts) for ts in by_device.values()]
-    return [
-        reduce_values(flat[i:i + CHUNK_NUMEL])[0] for flat in flats
-        for i in range(0, flat.numel(), CHUNK_NUMEL)
-    ]
+    return [reduce_tensor(flat) for flat in flats]
 
 
 def compact_rows(rows: List[torch.Tensor]) -> List[torch.Tensor]:

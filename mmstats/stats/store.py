@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .moments import (compact_rows, compact_tensors, merge_rows, reduce_groups,
-                      reduce_tensor, reduce_values)
+                      reduce_tensor)
 from .pending_sketches import SKETCHES
 from .values import check_tensor
 
@@ -97,7 +97,7 @@ class PendingStore:
         values = torch.tensor(self.numbers.pop(name), dtype=_F64)
         if SKETCHES.enabled:
             SKETCHES.add(name, values)
-        self.add_row(name, reduce_values(values)[0])
+        self.add_row(name, reduce_tensor(values))
 
     def add_tensor(self, name: str, value: torch.Tensor) -> None:
         numel = value.numel()

@@ -178,9 +178,8 @@ def main() -> None:
         # it lands (the publication of the extra names is timed in the
         # iteration after the instrumented one) without the noise of sums.
         by_pos = [
-            statistics.median(t[pos::INTERVAL]) -
-            statistics.median(plain[pos::INTERVAL]) for t in (times, )
-            for pos in range(INTERVAL)
+            statistics.median(times[pos::INTERVAL]) -
+            statistics.median(plain[pos::INTERVAL]) for pos in range(INTERVAL)
         ]
         positional.append(sum(by_pos) / (INTERVAL * statistics.median(plain)))
         instrumented = [
