@@ -8,6 +8,9 @@ from mmstats.stats import STAT_NAMES
 from .log_rhythm import scope_inline_flags
 
 NONFINITE_ACTIONS = ('warn', 'raise', 'ignore')
+# train_step's outputs are reported under this prefix (kept apart from a
+# model's own report() of the same name; published without it).
+OUTPUTS_PREFIX = 'train_step/'
 QUANTILE = re.compile(r'p(100|\d\d?(\.\d+)?)')  # 'p50', 'p99.9'
 
 
@@ -50,14 +53,25 @@ def check_args(interval: Optional[int], flags: Dict[str, bool],
     if not isinstance(regex, str):
         raise TypeError('StatsCollectorHook: regex must be a str, got '
                         f'{type(regex).__name__}')
-    try:
+    try:  # the user's pattern on its own: wrapping must not change it
         scoped = scope_inline_flags(regex)
-        re.compile(rf'^(?!val/|test/)(?:{scoped})$')
+        re.compile(scoped)
     except re.error as e:
         raise ValueError(f'StatsCollectorHook: regex {regex!r} is not a '
                          f'valid regular expression ({e}); inline flags '
                          'such as (?i) are allowed at its start') from None
     return scoped
+
+
+def collector_patterns(scoped: str) -> Dict[str, str]:
+    """The patterns of the train, val and test collectors around the user's
+    (valid, flag-scoped) pattern ``scoped``: a valid pattern has balanced
+    groups, so ``(?:...)`` keeps it whole. Training names may carry the
+    prefix of ``train_step``'s outputs (``OUTPUTS_PREFIX``)."""
+    return dict(
+        train=rf'^(?!val/|test/)(?:{OUTPUTS_PREFIX})?(?:{scoped})$',
+        val=rf'^val/(?:{scoped})$',
+        test=rf'^test/(?:{scoped})$')
 
 
 def check_log_regex(log_regex: str) -> 're.Pattern':

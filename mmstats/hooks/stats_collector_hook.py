@@ -4,20 +4,23 @@ import re
 from typing import Dict, Optional, Sequence, Union
 
 from mmengine.hooks import Hook
-from mmengine.logging import print_log
-from mmengine.runner import LogProcessor
+from mmengine.logging import HistoryBuffer, print_log
+from mmengine.runner import IterBasedTrainLoop, LogProcessor
 
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
-from mmstats.stats.workers import (deliver_worker_reports,
-                                   enable_worker_reporting)
-from .log_rhythm import (find_logger_hook, log_current_value,
+from .log_rhythm import (epoch_ends_after, find_logger_hook, log_current_value,
                          report_iteration_times, slowest_rank,
                          train_publication)
-from .stats_collector_args import check_args, check_log_regex
+from .stats_collector_args import (OUTPUTS_PREFIX, check_args, check_log_regex,
+                                   collector_patterns)
+from .worker_loaders import WorkerBatches
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 DEFAULT_INTERVAL = 10
+# History kept per message-hub key the hook writes (LogProcessor's default
+# window): memory and cost per publication stay flat over a run.
+HUB_HISTORY = 10
 TIMING_NAMES = ('time', 'data_time')  # the log line shows their max
 _PHASE_PREFIX = re.compile(r'^(val|test)/')
 
@@ -30,10 +33,16 @@ class StatsCollectorHook(Hook):
     and at every epoch end, so each publication covers exactly the
     iterations since the previous one: every statistic of ``stats`` to the
     visualizers and the message hub as ``<prefix>/<name>/<stat>``, the short
-    keys ``<name>/<stat>`` of ``log_stats`` to the text line. Validation and
-    test values are kept apart (``val/``, ``test/``) and published when
-    their loop ends; values from DataLoader workers count with the iteration
-    that consumes their batch. See ``docs/logging.md``.
+    keys ``<name>/<stat>`` of ``log_stats`` to the text line.
+    Validation and test values are kept apart (``val/``, ``test/``) and
+    published when their loop ends; values from DataLoader workers count
+    with the iteration that consumes their batch. The last iteration of an
+    iteration-based run is a publication too (with a text line of its own
+    where LoggerHook writes none), and iterations a run ends without
+    publishing are published in ``after_train``. ``nonfinite`` counts belong
+    to the interval they happened in. Collectors live from ``before_run``
+    to ``after_run``: building the hook makes nothing live. See
+    ``docs/logging.md``.
 
     Args:
         interval (int, optional): Publish every ``interval`` inner
@@ -54,8 +63,11 @@ class StatsCollectorHook(Hook):
         prefix (str): Prefix of the visualizer and message hub keys (the
             text line's short keys have none). Defaults to 'stats'.
         collect_outputs (bool): Also report the losses that ``train_step``
-            returns (all-rank statistics instead of rank 0's). Defaults to
-            True.
+            returns (all-rank statistics instead of rank 0's), published
+            under their own names (``loss``). If the model also reports a
+            name that ``train_step`` returns, the two stay apart: the
+            model's under the name, ``train_step``'s as
+            ``train_step/<name>``, with a warning. Defaults to True.
         collect_timing (bool): Report every rank's iteration ``time`` and
             ``data_time`` (the log shows their max over ranks; the slowest
             rank of the interval, the one with the largest summed
@@ -75,6 +87,14 @@ class StatsCollectorHook(Hook):
             statistics the text line shows (``re.fullmatch``); the others
             go to the visualizers and the message hub only. Defaults to
             ``'(?!modules/).*'``: all but ModuleStatsHook's.
+
+    Example:
+        >>> # in a config: custom_hooks = [
+        >>> #     dict(type='mmstats.StatsCollectorHook', stats=('mean', ))]
+        >>> from mmstats.hooks import StatsCollectorHook
+        >>> hook = StatsCollectorHook(stats=('mean', 'max'))
+        >>> hook.collectors  # nothing is live before the run starts
+        {}
     """
 
     priority = 'NORMAL'  # after IterTimerHook, before LoggerHook
@@ -100,6 +120,10 @@ class StatsCollectorHook(Hook):
                 collect_timing=collect_timing,
                 keep_previous=keep_previous), stats, log_stats, prefix,
             on_nonfinite, regex)
+        if not isinstance(max_names, int) or isinstance(
+                max_names, bool) or max_names < 1:
+            raise ValueError('StatsCollectorHook: max_names must be a '
+                             f'positive int, got {max_names!r}')
         self.interval = interval
         self.by_epoch = by_epoch
         self.stats = tuple(stats)
@@ -109,34 +133,63 @@ class StatsCollectorHook(Hook):
         self.collect_outputs = collect_outputs
         self.collect_timing = collect_timing
         self.on_nonfinite = on_nonfinite
-        patterns = dict(
-            train=rf'^(?!val/|test/)(?:{scoped})$',
-            val=rf'^val/(?:{scoped})$',
-            test=rf'^test/(?:{scoped})$')
+        self._patterns = collector_patterns(scoped)
+        self.keep_previous = keep_previous
+        self.max_names = max_names
         self.quantiles = {
             stat: float(stat[1:]) / 100
             for stat in stats if stat not in STAT_NAMES
         }
-        self.collectors = {
-            mode:
-            Collector(
-                pattern,
-                keep_previous,
-                max_names=max_names,
-                sketch=bool(self.quantiles))
-            for mode, pattern in patterns.items()
-        }
+        # built in before_run, dropped in after_run
+        self.collectors: Dict[str, Collector] = {}
         self._logger = None
         self._previous_phase: Optional[str] = None
+        self._batches = WorkerBatches()
+        self._start_run()
+
+    def _start_run(self) -> None:
+        """Forget what a previous run published."""
         self._seen_keys: set = set()
+        self._text_keys: Dict[str, set] = {}  # mode -> keys in the hub now
         self._nonfinite_names: set = set()
+        self._merged_warned: set = set()
         self._time_sum = 0.0
+        self._unpublished = 0  # training iterations since the publication
 
     def before_run(self, runner) -> None:
         self._logger = find_logger_hook(runner)
         if self.interval is None:
             self.interval = (
                 self._logger.interval if self._logger else DEFAULT_INTERVAL)
+        self._start_run()
+        self._batches = WorkerBatches()
+        self.collectors = {
+            mode:
+            Collector(
+                pattern,
+                self.keep_previous,
+                max_names=self.max_names,
+                sketch=bool(self.quantiles))
+            for mode, pattern in self._patterns.items()
+        }
+
+    def after_run(self, runner) -> None:
+        self.collectors = {}  # no longer live: report() keeps nothing
+
+    def publishes_after(self, runner, batch_idx: int) -> bool:
+        """Whether the statistics are published after training iteration
+        ``batch_idx`` (the one rule ModuleStatsHook asks too).
+
+        With ``by_epoch``: after the last iteration of every epoch. Else
+        where LoggerHook writes a training line, every ``interval`` inner
+        iterations, at the end of every epoch and at the last iteration of
+        an iteration-based run.
+        """
+        if self.by_epoch:
+            return epoch_ends_after(runner, batch_idx)
+        return train_publication(runner, batch_idx, self.interval,
+                                 self._logger)[0] or _ends_training(
+                                     runner, batch_idx)
 
     # -- publishing ------------------------------------------------------
     def collect(self, mode: str) -> Dict[str, Dict[str, float]]:
@@ -148,7 +201,29 @@ class StatsCollectorHook(Hook):
         for name, values in results.items():
             for stat, q in self.quantiles.items():
                 values[stat] = collector.quantile(name, q)
-        return results
+        return self._unprefix_outputs(results)
+
+    def _unprefix_outputs(self, results: dict) -> dict:
+        """``train_step``'s outputs under their own names, unless the model
+        reported the same name: then both stay apart (warned once)."""
+        out = {}
+        for name, values in results.items():
+            short = name[len(OUTPUTS_PREFIX):] if name.startswith(
+                OUTPUTS_PREFIX) else None
+            if short is None or short in results:
+                out[name] = values
+                if short is not None and short not in self._merged_warned:
+                    self._merged_warned.add(short)
+                    print_log(
+                        f'StatsCollectorHook: the model reports {short!r}, '
+                        f'which train_step also returns: published apart, '
+                        f'the model\'s as {short!r} and train_step\'s as '
+                        f'{name!r} (rename one, or collect_outputs=False)',
+                        'current',
+                        level=30)
+            else:
+                out[short] = values
+        return out
 
     def _check_nonfinite(self, runner, results: dict) -> None:
         bad = {
@@ -209,7 +284,7 @@ class StatsCollectorHook(Hook):
             if slowest is not None:
                 every[f'{self.prefix}/data_time/slowest_rank'] = slowest
         for key, value in every.items():
-            runner.message_hub.update_scalar(key, value)
+            _hub_scalar(runner.message_hub, key, value)
         if every:
             runner.visualizer.add_scalars(every, step=step)
         text = self._scalars(results, text=True)
@@ -218,43 +293,48 @@ class StatsCollectorHook(Hook):
         return text
 
     def _to_message_hub(self, runner, mode: str, scalars: dict) -> None:
-        """Store ``scalars`` as ``<mode>/<key>`` for LoggerHook to log."""
+        """Store ``scalars`` as ``<mode>/<key>`` for LoggerHook to log, and
+        take out the keys of the previous publication that have no value
+        now (the line must not show a stale one)."""
+        hub = runner.message_hub
         processor = getattr(runner, 'log_processor', None)
+        keys = {f'{mode}/{key}' for key in scalars}
+        for stale in self._text_keys.get(mode, set()) - keys:
+            hub.log_scalars.pop(stale, None)
+        self._text_keys[mode] = keys
         for key, value in scalars.items():
-            runner.message_hub.update_scalar(f'{mode}/{key}', value)
+            _hub_scalar(hub, f'{mode}/{key}', value)
             if key in self._seen_keys:
                 continue
             self._seen_keys.add(key)
             if isinstance(processor, LogProcessor):
                 log_current_value(processor, key)
 
+    def _log_line(self, runner, head: str, text: dict) -> None:
+        """A line of the hook's own where LoggerHook writes none
+        (LogProcessor's number format)."""
+        if text:
+            digits = getattr(runner.log_processor, 'num_digits', 4)
+            runner.logger.info(f'{head}  ' +
+                               '  '.join(f'{k}: {v:.{digits}f}'
+                                         for k, v in text.items()))
+
     # -- values reported in DataLoader workers ride with their batches ----
     def before_train(self, runner) -> None:
-        enable_worker_reporting(runner)
+        self._batches.enable(runner)
 
     def before_val(self, runner) -> None:
-        enable_worker_reporting(runner)
+        self._batches.enable(runner)
 
     def before_test(self, runner) -> None:
-        enable_worker_reporting(runner)
+        self._batches.enable(runner)
 
-    def before_train_iter(self,
-                          runner,
-                          batch_idx: int,
-                          data_batch: DATA_BATCH = None) -> None:
-        deliver_worker_reports(data_batch)
-
-    def before_val_iter(self,
-                        runner,
-                        batch_idx: int,
-                        data_batch: DATA_BATCH = None) -> None:
-        deliver_worker_reports(data_batch)
-
-    def before_test_iter(self,
-                         runner,
-                         batch_idx: int,
-                         data_batch: DATA_BATCH = None) -> None:
-        deliver_worker_reports(data_batch)
+    def _before_iter(self,
+                     runner,
+                     batch_idx: int,
+                     data_batch: DATA_BATCH = None,
+                     mode: str = 'train') -> None:
+        self._batches.deliver(data_batch)
 
     # -- training --------------------------------------------------------
     def after_train_iter(self,
@@ -264,25 +344,35 @@ class StatsCollectorHook(Hook):
                          outputs: Optional[dict] = None) -> None:
         if self.collect_outputs and outputs:
             for name, value in outputs.items():
-                report(name, value)
+                report(OUTPUTS_PREFIX + name, value)
         if self.collect_timing:
             self._time_sum += report_iteration_times(runner)
-        if self.by_epoch:
+        self._unpublished += 1
+        if self.by_epoch or not self.publishes_after(runner, batch_idx):
             return
-        publishes, logged = train_publication(runner, batch_idx, self.interval,
-                                              self._logger)
-        if publishes:
-            self._publish(runner, 'train', logged, step=runner.iter + 1)
+        logged = self._logger is not None and train_publication(
+            runner, batch_idx, self._logger.interval, self._logger)[1]
+        text = self._publish(runner, 'train', logged, step=runner.iter + 1)
+        self._unpublished = 0
+        if not logged and _ends_training(runner, batch_idx):
+            head = f'Iter(train) [{runner.iter + 1}/{runner.max_iters}]'
+            self._log_line(runner, head, text)
 
     def after_train_epoch(self, runner) -> None:
         if not self.by_epoch:
             return
         text = self._publish(runner, 'train', False, step=runner.epoch + 1)
-        if text:  # LoggerHook's number format
-            digits = getattr(runner.log_processor, 'num_digits', 4)
-            runner.logger.info(f'Epoch(train) [{runner.epoch + 1}]  ' +
-                               '  '.join(f'{k}: {v:.{digits}f}'
-                                         for k, v in text.items()))
+        self._unpublished = 0
+        self._log_line(runner, f'Epoch(train) [{runner.epoch + 1}]', text)
+
+    def after_train(self, runner) -> None:
+        """Publish the iterations a run ended without publishing (all ranks
+        ran the same iterations, so they agree)."""
+        if not self._unpublished:
+            return
+        text = self._publish(runner, 'train', False, step=runner.iter)
+        self._unpublished = 0
+        self._log_line(runner, f'Train ended at iteration {runner.iter}', text)
 
     # -- validation and test ---------------------------------------------
     def _leave(self, runner, mode: str) -> None:
@@ -303,3 +393,23 @@ class StatsCollectorHook(Hook):
 
     def after_test_epoch(self, runner, metrics=None) -> None:
         self._leave(runner, 'test')
+
+
+def _ends_training(runner, batch_idx: int) -> bool:
+    """Whether ``batch_idx`` is the last iteration of an iteration-based
+    run (``batch_idx`` is the global iteration there)."""
+    return (isinstance(runner.train_loop, IterBasedTrainLoop)
+            and batch_idx + 1 == runner.max_iters)
+
+
+def _hub_scalar(hub, key: str, value: float) -> None:
+    """Like ``hub.update_scalar(key, value, resumed=False)``, with a history
+    of ``HUB_HISTORY`` values (mmengine's default keeps 1e6 and copies them
+    on every update): flat memory and cost; nothing goes into checkpoints,
+    so a resume warns about nothing."""
+    buffer = hub.log_scalars.get(key)
+    if buffer is None:
+        hub.log_scalars[key] = HistoryBuffer([value], [1],
+                                             max_length=HUB_HISTORY)
+    else:
+        buffer.update(value)

@@ -18,9 +18,13 @@ __all__ = ['Collector', 'STAT_NAMES', 'flush']
 
 STAT_NAMES = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
 MIN_AT, MAX_AT = STAT_NAMES.index('min'), STAT_NAMES.index('max')
+NONFINITE_AT = STAT_NAMES.index('nonfinite')
 # Defaults of the name table's bounds (see docs/stats.md).
 MAX_NAMES = 4096
 EVICT_AFTER = 100
+# Pending chunks a collector holds before it merges them into one (a
+# collector that is never updated holds a bounded amount).
+MAX_CHUNKS = 64
 
 
 def _compile(regex: Union[str, Pattern]) -> Pattern:
@@ -57,7 +61,8 @@ class Collector:
         regex (str | re.Pattern): Publish names that fully match this
             pattern (inline flags such as ``(?i)`` work). Defaults to '.*'.
         keep_previous (bool): If True, a name with no new values since the
-            previous update keeps its previous results; if False it reports
+            previous update keeps its previous results (but ``nonfinite``,
+            a count of this update's values, is 0); if False it reports
             ``num=0``, ``nonfinite=0`` and NaN statistics. Defaults to True.
         group (ProcessGroup, optional): Process group to reduce over.
             Defaults to None (the default group).
@@ -125,6 +130,8 @@ class Collector:
                 ok = matches[name] = self._regex.fullmatch(name) is not None
             if ok:
                 keep.append(i)
+        if len(matches) > 4 * self._table.max_names:  # bounded cache
+            matches.clear()
         if not keep:
             return
         if self._sketch and counts is not None:
@@ -140,6 +147,8 @@ class Collector:
             self._chunks.append(
                 ([names[i]
                   for i in keep], rows[torch.tensor(keep, dtype=torch.long)]))
+        if len(self._chunks) >= MAX_CHUNKS:  # never updated: stay bounded
+            self._chunks = [self._local_rows()]
 
     def _local_rows(self) -> Tuple[List[str], torch.Tensor]:
         """This rank's names and merged rows since the previous update."""
@@ -199,7 +208,8 @@ class Collector:
                 sketches[name] = counts[i]
             if n + nonfinite == 0:
                 if self._keep_previous and name in previous:
-                    results[name] = previous[name]
+                    # the statistics stay; the non-finite count is of now
+                    results[name] = previous[name][:NONFINITE_AT] + [0.]
                     if name in self._sketches:
                         sketches[name] = self._sketches[name]
                 else:

@@ -2,8 +2,9 @@
 """Values reported in DataLoader worker processes ride with their batches.
 
 A worker is a process: nothing flows back to the main process except the
-batches. :func:`enable_worker_reporting` wraps the ``collate_fn`` of a
-Runner's loaders; in a worker, the wrapper reduces the values reported
+batches. :class:`WorkerReportingCollate` wraps a loader's ``collate_fn``
+(``mmstats.hooks.worker_loaders`` does it for a Runner's loaders); in a
+worker, the wrapper reduces the values reported
 while the batch was built (``Dataset.__getitem__``, transforms, collate) to
 one moments row per name (and, when a collector sketches, the names'
 nonzero sketch buckets) and attaches them to the batch (a dict / list
@@ -11,19 +12,22 @@ subclass with one attribute: the model sees the same keys and items).
 :func:`deliver_worker_reports` pops them from the batch in the main process
 and adds them to the store, once. See ``docs/reporting.md``.
 """
+import multiprocessing
 import os
-import warnings
+from multiprocessing.context import get_spawning_popen
 from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data import get_worker_info
 
 from . import reporting
 from .moments import NONFINITE, N
 from .pending_sketches import SKETCHES
 
-__all__ = ['enable_worker_reporting', 'deliver_worker_reports']
+__all__ = [
+    'WorkerReportingCollate', 'deliver_worker_reports', 'carries_reports'
+]
 
 _WORKER_KEY = 'dataloader-worker'
 _F64 = torch.float64
@@ -54,9 +58,21 @@ class WorkerReportingCollate:
 
     def __init__(self, collate_fn: Callable) -> None:
         self.collate_fn = collate_fn
+        # Batches whose reported values were dropped because the batch type
+        # cannot carry them, counted by the workers in shared memory (the
+        # main process warns, see ``dropped_batches``).
+        self._dropped = multiprocessing.RawValue('q', 0)
+
+    @property
+    def dropped_batches(self) -> int:
+        """Batches whose workers' values could not ride with them."""
+        return self._dropped.value if self._dropped is not None else 0
 
     def __getstate__(self) -> dict:
-        return dict(self.__dict__, pid=os.getpid(), sketch=SKETCHES.enabled)
+        state = dict(self.__dict__, pid=os.getpid(), sketch=SKETCHES.enabled)
+        if get_spawning_popen() is None:  # shared memory only for a worker
+            state['_dropped'] = None
+        return state
 
     def __setstate__(self, state: dict) -> None:
         # Unpickled in another process (a spawned worker, while it starts:
@@ -81,8 +97,9 @@ class WorkerReportingCollate:
             batch = ReportedDict(batch)
         elif isinstance(batch, list) and type(batch) in (list, ReportedList):
             batch = ReportedList(batch)
-        else:  # no attribute to carry them: they wait for the next batch
-            _add_reports(payload, '')
+        else:  # no attribute to carry them (tuple, custom class)
+            if self._dropped is not None:
+                self._dropped.value += 1  # the main process warns
             return batch
         setattr(batch, _ATTR, payload)
         return batch
@@ -117,6 +134,14 @@ def _add_reports(payload: tuple, prefix: str) -> None:
         SKETCHES.add_counts(prefix + names[i], dense[i])
 
 
+def carries_reports(data_batch: Any) -> bool:
+    """Whether a batch of this type can carry a worker's reported values
+    (dicts and lists can; tuples and other classes cannot)."""
+    return isinstance(
+        data_batch, (dict, list)) and type(data_batch) in (dict, ReportedDict,
+                                                           list, ReportedList)
+
+
 def deliver_worker_reports(data_batch: Any) -> None:
     """Add the values a worker attached to ``data_batch`` to the store (in
     the main process, under the current phase) and remove them from the
@@ -131,68 +156,3 @@ def deliver_worker_reports(data_batch: Any) -> None:
     setattr(data_batch, _ATTR, None)
     if reporting.LIVE_COLLECTORS and not reporting._SUSPENDED[0]:
         _add_reports(payload, reporting.current_phase())
-
-
-def _loops(runner: Any) -> list:
-    loops = []
-    for attr in ('_train_loop', '_val_loop', '_test_loop'):
-        loop = getattr(runner, attr, None)
-        if loop is not None and not isinstance(loop, dict) and hasattr(
-                loop, 'dataloader'):
-            loops.append(loop)
-    return loops
-
-
-def enable_worker_reporting(runner: Any) -> None:
-    """Make the Runner's built train/val/test loaders send the values their
-    workers report with each batch (idempotent).
-
-    A multi-process iterator that already runs with the old ``collate_fn``
-    (the iteration-based train loop starts one when it is built, and
-    ``persistent_workers=True`` keeps one alive) is shut down before any of
-    its batches is consumed, so that the next batch comes from workers that
-    use the wrapper; one already consumed from is kept (with a warning).
-
-    Args:
-        runner (Runner): The runner whose loaders to wrap.
-    """
-    for loop in _loops(runner):
-        loader = loop.dataloader
-        if not isinstance(loader, DataLoader) or isinstance(
-                loader.collate_fn, WorkerReportingCollate):
-            continue
-        loader.collate_fn = WorkerReportingCollate(loader.collate_fn)
-        if loader.num_workers > 0:
-            _restart_started_iterators(loop, loader)
-
-
-def _restart_started_iterators(loop: Any, loader: DataLoader) -> None:
-    infinite = getattr(loop, 'dataloader_iterator', None)
-    started = getattr(infinite, '_iterator', None)
-    persistent = getattr(loader, '_iterator', None)
-    for iterator in {
-            id(it): it
-            for it in (started, persistent) if it is not None
-    }.values():
-        if getattr(iterator, '_num_yielded', 0) > 0:
-            warnings.warn('mmstats: a DataLoader iterator already yielded '
-                          'batches; values reported in its workers are lost '
-                          'until it is restarted')
-            continue
-        shutdown = getattr(iterator, '_shutdown_workers', None)
-        if shutdown is not None:
-            shutdown()
-        if loader._iterator is iterator:
-            loader._iterator = None
-        if started is iterator:
-            _rewind_infinite_sampler(loader)
-            infinite._iterator = iter(loader)
-
-
-def _rewind_infinite_sampler(loader: DataLoader) -> None:
-    """mmengine's InfiniteSampler shares one index generator between its
-    iterators (and closing the old one closes it): start a new one, so the
-    restarted iterator yields the same stream as the first would have."""
-    sampler = getattr(loader.batch_sampler, 'sampler', loader.sampler)
-    if hasattr(sampler, '_indices_of_rank') and hasattr(sampler, 'indices'):
-        sampler.indices = sampler._indices_of_rank()

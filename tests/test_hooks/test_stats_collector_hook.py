@@ -2,12 +2,14 @@
 mocked Runner, checked against the raw values (real Runners:
 ``test_stats_collector_runner.py``)."""
 import math
+import time
 from unittest.mock import MagicMock
 
 import numpy as np
 import pytest
 import torch
 from mmengine.hooks import LoggerHook
+from mmengine.logging import MessageHub
 from mmengine.registry import HOOKS as ROOT_HOOKS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 
@@ -50,6 +52,7 @@ def test_registered_and_runs_before_the_logger_hook():
 
 def test_inline_flags_in_regex():
     hook = StatsCollectorHook(regex='(?i)loss', collect_timing=False)
+    hook.before_run(mock_runner(10)[0])
     report('LOSS', 1.0)
     report('acc', 1.0)
     assert list(hook.collect('train')) == ['LOSS']
@@ -59,27 +62,57 @@ def test_inline_flags_in_regex():
 def mock_runner(epoch_len,
                 loop=EpochBasedTrainLoop,
                 logger_interval=None,
-                ignore_last=True):
+                ignore_last=True,
+                max_iters=10**6):
+    """A mocked Runner with a real MessageHub; ``published`` gets every
+    ``(step, statistics)`` the hook sends to the visualizers."""
     runner = MagicMock()
     runner.train_loop = MagicMock(spec=loop)
     runner.train_dataloader = list(range(epoch_len))
+    runner.max_iters = max_iters
+    runner.log_processor.num_digits = 4
     runner.hooks = []
     if logger_interval:
         runner.hooks = [
             LoggerHook(interval=logger_interval, ignore_last=ignore_last)
         ]
-    runner.message_hub.log_scalars = {}
-    published = []  # (step, every statistic): the hub keys without mode
-
-    def update_scalar(key, value):
-        if key.startswith(('train/', 'val/', 'test/')):
-            return
-        if not published or published[-1][0] != runner.iter + 1:
-            published.append((runner.iter + 1, {}))
-        published[-1][1][key] = value
-
-    runner.message_hub.update_scalar.side_effect = update_scalar
+    runner.message_hub = MessageHub(f'mock_{time.time_ns()}')
+    published = []
+    runner.visualizer.add_scalars.side_effect = (
+        lambda scalars, step: published.append((step, dict(scalars))))
     return runner, published
+
+
+@pytest.fixture
+def mm_records():
+    """Records logged through mmengine's current MMLogger (``print_log(...,
+    'current')``), which does not propagate to pytest's caplog."""
+    import logging
+
+    from mmengine.logging import MMLogger
+
+    class Keep(logging.Handler):
+
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    logger = MMLogger.get_current_instance()
+    handler = Keep()
+    logger.addHandler(handler)
+    yield handler.records
+    logger.removeHandler(handler)
+
+
+def hub_values(runner) -> dict:
+    """The current value of every message hub key."""
+    return {
+        key: buffer.current()
+        for key, buffer in runner.message_hub.log_scalars.items()
+    }
 
 
 def drive(hook, runner, iters, epoch_len):
@@ -160,10 +193,7 @@ def test_values_reported_during_validation_are_kept_apart():
     report('z', 100.0)
     hook.after_val_epoch(runner)
     hook.after_train_iter(runner, 0)
-    hub = {
-        c.args[0]: c.args[1]
-        for c in runner.message_hub.update_scalar.call_args_list
-    }
+    hub = hub_values(runner)
     assert hub['stats/val/z/mean'] == 100.0
     assert hub['train/z/mean'] == 1.0  # the text line's short key
 
@@ -188,10 +218,7 @@ def test_nonfinite_actions(action, caplog):
             hook.after_train_iter(runner, 1)
         return
     hook.after_train_iter(runner, 1)
-    hub = {
-        c.args[0]: c.args[1]
-        for c in runner.message_hub.update_scalar.call_args_list
-    }
+    hub = hub_values(runner)
     assert hub['train/loss/mean'] == 1.0  # the finite values
     assert hub['stats/loss/mean'] == 1.0
     if action == 'warn':
@@ -202,6 +229,7 @@ def test_nonfinite_actions(action, caplog):
 
 def test_max_names_reaches_the_collectors():
     hook = StatsCollectorHook(max_names=2, collect_timing=False)
+    hook.before_run(mock_runner(10)[0])
     for name in ('a', 'b', 'c'):
         report(name, 1.0)
     with pytest.warns(UserWarning):
@@ -212,7 +240,10 @@ def test_max_names_reaches_the_collectors():
 def test_quantiles_are_published():
     hook = StatsCollectorHook(
         stats=('mean', 'p50', 'p99.9'), collect_timing=False)
-    assert not StatsCollectorHook().collectors['train']._sketch
+    hook.before_run(mock_runner(10)[0])
+    plain = StatsCollectorHook()
+    plain.before_run(mock_runner(10)[0])
+    assert not plain.collectors['train']._sketch
     values = np.arange(1., 1001.)
     report('x', torch.from_numpy(values))
     result = hook.collect('train')['x']
@@ -232,12 +263,128 @@ def test_log_regex_keeps_names_out_of_the_text_line_only():
     report('modules/head/act', 2.0)
     report('modules/head/grad_norm', math.nan)
     hook.after_train_iter(runner, 0)
-    hub = {
-        c.args[0]: c.args[1]
-        for c in runner.message_hub.update_scalar.call_args_list
-    }
+    hub = hub_values(runner)
     text = {k[len('train/'):] for k in hub if k.startswith('train/')}
     assert text == {'loss/mean', 'modules/head/grad_norm/nonfinite'}
     assert hub['stats/modules/head/act/mean'] == 2.0  # everything else
     with pytest.raises(ValueError, match='log_regex'):
         StatsCollectorHook(log_regex='(')
+
+
+# ------------------------------------- correct in the runs users launch
+def test_a_user_pattern_cannot_escape_its_wrapper():
+    # '^(?:a)|(b)$' would compile and let the training value 'b' into val/
+    with pytest.raises(ValueError, match="regex 'a\\)\\|\\(b' is not a valid"):
+        StatsCollectorHook(regex='a)|(b')
+
+
+def test_building_the_hook_makes_nothing_live():
+    from mmstats.stats import reporting
+    hook = StatsCollectorHook()
+    assert hook.collectors == {} and not reporting.LIVE_COLLECTORS
+    report('x', 1.0)  # kept by nobody
+    runner, _ = mock_runner(10)
+    hook.before_run(runner)
+    assert len(reporting.LIVE_COLLECTORS) == 3
+    hook.after_run(runner)
+    assert hook.collectors == {} and not reporting.LIVE_COLLECTORS
+
+
+def test_a_nonfinite_count_belongs_to_its_interval_and_warns_once(
+        mm_records):
+    hook = StatsCollectorHook(
+        interval=1, collect_outputs=False, collect_timing=False)
+    runner, published = mock_runner(100, IterBasedTrainLoop, 1)
+    hook.before_run(runner)
+    for it in range(5):
+        runner.iter = it
+        if it == 1:
+            report('x', [math.nan, 1.0])
+        hook.after_train_iter(runner, it)
+    counts = [scalars.get('stats/x/nonfinite') for _, scalars in published]
+    assert counts == [1.0, 0.0, 0.0, 0.0]  # published from iteration 2 on
+    warned = [r for r in mm_records if 'non-finite' in r.getMessage()]
+    assert len(warned) == 1 and 'iteration 2' in warned[0].getMessage()
+    assert hub_values(runner)['train/x/nonfinite'] == 0.0
+
+
+def test_the_line_shows_no_stale_value_of_a_name_without_new_values():
+    hook = StatsCollectorHook(
+        interval=1,
+        collect_outputs=False,
+        collect_timing=False,
+        keep_previous=False)
+    runner, _ = mock_runner(100, IterBasedTrainLoop, 1)
+    hook.before_run(runner)
+    runner.iter = 0
+    report('x', 3.0)
+    hook.after_train_iter(runner, 0)
+    assert hub_values(runner)['train/x/mean'] == 3.0
+    runner.iter = 1
+    hook.after_train_iter(runner, 1)  # no value of x in iteration 2
+    assert 'train/x/mean' not in hub_values(runner)
+
+
+def test_outputs_and_a_model_report_of_the_same_name_stay_apart(mm_records):
+    hook = StatsCollectorHook(
+        interval=2, stats=('mean', 'num'), collect_timing=False)
+    runner, published = mock_runner(100, IterBasedTrainLoop)
+    hook.before_run(runner)
+    per_sample = [[1.0, 2.0, 3.0], [5.0, 6.0, 7.0]]
+    for it in range(2):
+        runner.iter = it
+        report('loss', per_sample[it])  # the model's own, per sample
+        batch_loss = torch.tensor(per_sample[it]).mean()
+        hook.after_train_iter(runner, it, outputs=dict(loss=batch_loss))
+    (step, scalars), = published
+    assert scalars['stats/loss/num'] == 6 and scalars['stats/loss/mean'] == 4
+    assert scalars['stats/train_step/loss/num'] == 2
+    assert scalars['stats/train_step/loss/mean'] == 4
+    warned = [r for r in mm_records if 'published apart' in r.getMessage()]
+    assert len(warned) == 1
+
+
+def test_the_last_iterations_of_an_iteration_based_run_are_published():
+    hook = StatsCollectorHook(
+        collect_outputs=False, collect_timing=False, stats=('num', 'mean'))
+    runner, published = mock_runner(
+        1000, IterBasedTrainLoop, logger_interval=10, max_iters=25)
+    hook.before_run(runner)
+    values = drive(hook, runner, 25, 1000)
+    hook.after_train(runner)  # nothing left: no second publication
+    assert [step for step, _ in published] == [10, 20, 25]
+    assert published[-1][1]['stats/x/num'] == 5
+    assert published[-1][1]['stats/x/mean'] == np.mean(values[20:])
+    assert hook.publishes_after(runner, 24)  # ModuleStatsHook asks this
+
+
+def test_a_run_that_stops_between_publications_publishes_the_rest():
+    hook = StatsCollectorHook(
+        interval=5,
+        collect_outputs=False,
+        collect_timing=False,
+        stats=('num', 'mean'))
+    runner, published = mock_runner(1000, IterBasedTrainLoop)
+    hook.before_run(runner)
+    values = drive(hook, runner, 7, 1000)
+    hook.after_train(runner)
+    assert [scalars['stats/x/num'] for _, scalars in published] == [5, 2]
+    assert published[-1][1]['stats/x/mean'] == np.mean(values[5:])
+
+
+def test_the_message_hub_stays_flat_over_many_publications():
+    from mmstats.hooks.stats_collector_hook import HUB_HISTORY
+    hook = StatsCollectorHook(interval=1, collect_timing=False)
+    runner, _ = mock_runner(10**6, IterBasedTrainLoop, 1)
+    hook.before_run(runner)
+    for it in range(3 * HUB_HISTORY):
+        runner.iter = it
+        report('x', float(it))
+        hook.after_train_iter(runner, it, outputs=dict(loss=torch.tensor(1.)))
+    buffers = runner.message_hub.log_scalars
+    assert len(buffers) == 10  # stats/{x,loss}/{4 stats} + 2 text keys
+    assert all(len(b.data[0]) == HUB_HISTORY for b in buffers.values())
+    # nothing of ours is saved in (or warned about at the resume of) a
+    # checkpoint
+    assert runner.message_hub.state_dict()['log_scalars'] == {}
+    assert runner.message_hub.state_dict()['resumed_keys'] == {}

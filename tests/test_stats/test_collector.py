@@ -420,3 +420,27 @@ def test_refused_names_warn_once_per_update():
         c.update()
     assert len(caught) == 1
     assert c.names() == ['a', 'b', 'c']
+
+
+def test_a_collector_that_is_never_updated_holds_a_bounded_amount():
+    from mmstats.stats.collector import MAX_CHUNKS
+    idle = Collector()  # e.g. a training_stats collector nobody updates
+    busy = Collector()
+    for step in range(3 * MAX_CHUNKS):
+        report('loss', float(step))
+        report(f'name{step % 7}', [1.0, 2.0])
+        busy.update()  # flushes to every live collector
+    assert len(idle._chunks) < MAX_CHUNKS
+    idle.update()  # and nothing was lost
+    assert idle.num('loss') == 3 * MAX_CHUNKS
+    assert idle.mean('loss') == pytest.approx(np.mean(range(3 * MAX_CHUNKS)))
+    assert idle.num('name3') == 2 * len(range(3, 3 * MAX_CHUNKS, 7))
+
+
+def test_the_regex_cache_stays_bounded():
+    collector = Collector(regex='keep.*', max_names=10)
+    for step in range(30):
+        for i in range(10):
+            report(f'n{step}_{i}', 1.0)
+        collector.update()
+    assert len(collector._matches) <= 4 * 10

@@ -9,9 +9,9 @@ from mmengine.hooks import Hook
 from mmengine.registry import DATASETS, HOOKS
 from mmengine.runner import Runner
 
+from mmstats.hooks.worker_loaders import enable_worker_reporting
 from mmstats.stats import Collector, phase, report
-from mmstats.stats.workers import (deliver_worker_reports,
-                                   enable_worker_reporting)
+from mmstats.stats.workers import deliver_worker_reports
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, toy_cfg
 from tests.helpers.toy import ToyDataset
@@ -164,3 +164,30 @@ def test_worker_values_two_ranks(tmp_path, by_epoch):
     assert res0[0] == len(val0) + len(val1) == 16
     assert res0[1] == pytest.approx(sum(val0) + sum(val1), rel=1e-12)
     assert not math.isnan(res0[1])
+
+
+def tuple_collate(samples):
+    """A collate_fn that returns a tuple (inputs, data_samples)."""
+    from mmengine.dataset import default_collate
+    batch = default_collate(samples)
+    return batch['inputs'], batch['data_samples']
+
+
+def test_batches_that_cannot_carry_worker_values_warn_once(
+        tmp_path, clean_mmengine):
+    import glob
+
+    from mmengine.registry import FUNCTIONS
+    FUNCTIONS.register_module('tuple_collate', module=tuple_collate,
+                              force=True)
+    cfg = toy_cfg(tmp_path, by_epoch=False, num_samples=24, batch_size=4,
+                  max_iters=6, log_interval=2)
+    cfg.train_dataloader.update(
+        num_workers=1,
+        collate_fn=dict(type='tuple_collate'),
+        dataset=dict(type='TransformedToyDataset', num_samples=24))
+    cfg.custom_hooks = [dict(type='mmstats.StatsCollectorHook')]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    log = open(glob.glob(f'{runner.log_dir}/*.log')[0]).read()
+    assert log.count('cannot ride with batches of type tuple') == 1
