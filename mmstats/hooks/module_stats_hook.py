@@ -15,8 +15,8 @@ from torch import nn
 
 from mmstats.registry import HOOKS
 from mmstats.stats import report
-from .log_rhythm import (epoch_ends_after, find_logger_hook,
-                         last_step_before_publication, train_publication)
+from .log_rhythm import (find_logger_hook, last_step_before_publication,
+                         train_publication)
 from .module_tensors import SegmentNorms, amp_grad_scale, floating_tensors
 from .stats_collector_hook import DEFAULT_INTERVAL, StatsCollectorHook
 
@@ -160,8 +160,8 @@ class ModuleStatsHook(Hook):
         ``batch_idx`` (StatsCollectorHook's rule: where LoggerHook writes a
         line, every ``interval`` iterations, at the end of every epoch)."""
         collector = self._collector_hook
-        if collector is not None and collector.by_epoch:
-            return epoch_ends_after(runner, batch_idx)
+        if collector is not None:
+            return collector.publishes_after(runner, batch_idx)
         return train_publication(runner, batch_idx, self._interval,
                                  self._logger)[0]
 

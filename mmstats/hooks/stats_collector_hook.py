@@ -73,8 +73,10 @@ class StatsCollectorHook(Hook):
             rank of the interval, the one with the largest summed
             ``data_time``, goes to the visualizers as
             ``<prefix>/data_time/slowest_rank``). Defaults to True.
-        keep_previous (bool): Keep a name's previous values when it got no
-            new ones. Defaults to True.
+        keep_previous (bool): Re-publish a name's previous statistics when
+            it got no new values (stale numbers on the line and in the
+            visualizers); False publishes nothing for it then. Defaults to
+            False.
         on_nonfinite (str): When a name got NaN/inf values in an interval:
             ``'warn'`` (its ``nonfinite`` count joins the log line and one
             warning names it), ``'raise'`` (every rank raises
@@ -108,7 +110,7 @@ class StatsCollectorHook(Hook):
                  prefix: str = 'stats',
                  collect_outputs: bool = True,
                  collect_timing: bool = True,
-                 keep_previous: bool = True,
+                 keep_previous: bool = False,
                  on_nonfinite: str = 'warn',
                  max_names: int = 1000,
                  log_regex: str = r'(?!modules/).*') -> None:
