@@ -58,6 +58,14 @@ def scaled_all_reduce(tensors: Sequence[Tensor],
     Raises:
         TypeError: A tensor is not floating point (integer or bool tensors
             cannot hold an average; cast them to a floating dtype first).
+
+    Example:
+        >>> import torch
+        >>> from mmstats import scaled_all_reduce
+        >>> grads = [torch.ones(3), torch.full((2, 2), 4.)]
+        >>> out = scaled_all_reduce(grads)  # every rank calls it
+        >>> out[0] is grads[0]  # in place: the same tensors, averaged
+        True
     """
     tensors = list(tensors)
     try:

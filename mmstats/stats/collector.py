@@ -79,6 +79,16 @@ class Collector:
             name published plus 33 KB per name pending; merged in the same
             collective as the moments). See ``docs/quantiles.md``.
             Defaults to False.
+
+    Example:
+        >>> from mmstats import Collector, report
+        >>> collector = Collector(regex='loss.*')
+        >>> for loss in (0.5, 1.5, 1.0):
+        ...     _ = report('loss', loss)
+        >>> _ = report('acc', 0.9)  # not matched: not published here
+        >>> collector.update()  # a collective: every rank calls it
+        >>> collector.as_dict()['loss']['mean'], collector.names()
+        (1.0, ['loss'])
     """
 
     def __init__(self,

@@ -94,6 +94,16 @@ def report(name: str, value: Any) -> Any:
             (strings, None, objects, complex, sparse, meta, quantized).
         ValueError: a number is beyond the float64 range.
         Both only while a collector is alive.
+
+    Example:
+        >>> import torch
+        >>> from mmstats import Collector, report
+        >>> collector = Collector(regex='loss|feat_norm')
+        >>> loss = report('loss', torch.tensor(0.5))  # returns its value
+        >>> _ = report('feat_norm', [1.0, 2.0, 3.0])  # every element counts
+        >>> collector.update()  # a collective: every rank calls it
+        >>> collector.num('feat_norm'), collector.mean('feat_norm')
+        (3.0, 2.0)
     """
     if _is_compiling():
         return report_traced(name, value, False)

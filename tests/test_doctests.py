@@ -1,0 +1,31 @@
+"""The ``Example:`` sections of the public API run (doctest)."""
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    'mmstats.stats.reporting',
+    'mmstats.stats.collector',
+    'mmstats.dist',
+    'mmstats.precise_bn.update',
+    'mmstats.hooks.stats_collector_hook',
+    'mmstats.hooks.module_stats_hook',
+    'mmstats.hooks.precise_bn_hook',
+    'mmstats.hooks.worker_loaders',
+]
+
+
+@pytest.mark.parametrize('name', MODULES)
+def test_examples_run(name):
+    result = doctest.testmod(
+        importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+
+
+def test_every_listed_api_has_an_example():
+    import mmstats
+    from mmstats.hooks.worker_loaders import WorkerBatches
+    for obj in (mmstats.report, mmstats.Collector, mmstats.scaled_all_reduce,
+                mmstats.StatsCollectorHook, WorkerBatches):
+        assert 'Example:' in obj.__doc__, obj
