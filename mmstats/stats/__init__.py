@@ -14,14 +14,20 @@ update, over all ranks::
             collector.update()          # collective on all ranks
             print(collector.as_dict())  # {'loss': {'num': .., 'mean': ..}}
 
-Modules: :mod:`.moments` (pure kernels), :mod:`.reporting` (``report`` and
-the pending store), :mod:`.collector` (``Collector`` and its cross-rank
-protocol).
+Modules, in the order a value passes them (``docs/architecture.md``):
+:mod:`.reporting` (``report``, ``report0``, ``phase`` and ``REPORTER``, the
+one owner of the report side's state), :mod:`.values` (checks and
+conversion), :mod:`.store` (per-thread pending stores) with
+:mod:`.pending_sketches`, :mod:`.compile` (``report()`` in compiled code),
+:mod:`.workers` (values from DataLoader workers), :mod:`.collector`
+(``Collector``) over :mod:`.protocol` and :mod:`.collectives` (the
+cross-rank reduction), :mod:`.moments` and :mod:`.sketch` (pure kernels).
 """
 from .collector import STAT_NAMES, Collector
-from .reporting import phase, report, report0, reset, suspend_reporting
+from .reporting import (REPORTER, phase, report, report0, reset,
+                        suspend_reporting)
 
 __all__ = [
     'report', 'report0', 'phase', 'suspend_reporting', 'reset', 'Collector',
-    'STAT_NAMES'
+    'STAT_NAMES', 'REPORTER'
 ]

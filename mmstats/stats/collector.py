@@ -9,12 +9,12 @@ import numpy as np
 import torch
 
 from .collectives import ReduceFns
-from .handoff import flush, register
 from .moments import M2, MAX, MEAN, MIN, NONFINITE, N, empty_rows, merge_rows
 from .protocol import NameTable, RankFailure
+from .reporting import REPORTER, Flush
 from .sketch import clamped_quantiles, counts_in_order
 
-__all__ = ['Collector', 'STAT_NAMES', 'flush']
+__all__ = ['Collector', 'STAT_NAMES']
 
 STAT_NAMES = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
 MIN_AT, MAX_AT = STAT_NAMES.index('min'), STAT_NAMES.index('max')
@@ -125,13 +125,18 @@ class Collector:
         self._sketch = sketch
         self._counts: Dict[str, np.ndarray] = {}  # pending, this rank
         self._sketches: Dict[str, np.ndarray] = {}  # published, merged
-        register(self, sketch)
+        REPORTER.register(self, sketch)
 
     # -- accumulation ------------------------------------------------------
-    def _receive(self,
-                 names: List[str],
-                 rows: torch.Tensor,
-                 counts: Optional[np.ndarray] = None) -> None:
+    def receive(self, flushed: Flush) -> None:
+        """Keep the rows (and sketch counts) of the names this collector
+        publishes from a flush of the pending values (called by
+        :meth:`~.reporting.Reporter.flush`).
+
+        Args:
+            flushed (Flush): Names, moment rows and sketch counts.
+        """
+        names, rows, counts = flushed
         matches = self._matches
         keep = []
         for i, name in enumerate(names):
@@ -186,7 +191,7 @@ class Collector:
         """
         failure: Optional[BaseException] = None
         try:
-            flush()
+            REPORTER.flush()
         except Exception as e:  # every rank must still take part
             failure = e
         names, local = self._local_rows()

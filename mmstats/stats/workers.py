@@ -18,34 +18,25 @@ from multiprocessing.context import get_spawning_popen
 from typing import Any, Callable, Optional
 
 import numpy as np
-import torch
 from torch.utils.data import get_worker_info
 
-from . import reporting
-from .moments import NONFINITE, N
-from .pending_sketches import SKETCHES
+from .reporting import REPORTER, Flush
 
 __all__ = [
     'WorkerReportingCollate', 'deliver_worker_reports', 'carries_reports'
 ]
 
-_WORKER_KEY = 'dataloader-worker'
-_F64 = torch.float64
 _ATTR = 'mmstats_reports'
 
 
 class ReportedDict(dict):
     """A collated dict batch that carries a worker's reported values."""
-    mmstats_reports: Optional[tuple] = None  # (names, rows, sketch counts)
+    mmstats_reports: Optional[Flush] = None  # counts sparse
 
 
 class ReportedList(list):
     """A collated list batch that carries a worker's reported values."""
-    mmstats_reports: Optional[tuple] = None  # (names, rows, sketch counts)
-
-
-def _dead_ref() -> None:
-    return None
+    mmstats_reports: Optional[Flush] = None  # counts sparse
 
 
 class WorkerReportingCollate:
@@ -69,7 +60,8 @@ class WorkerReportingCollate:
         return self._dropped.value if self._dropped is not None else 0
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__, pid=os.getpid(), sketch=SKETCHES.enabled)
+        state = dict(
+            self.__dict__, pid=os.getpid(), sketch=REPORTER.sketches.enabled)
         if get_spawning_popen() is None:  # shared memory only for a worker
             state['_dropped'] = None
         return state
@@ -82,17 +74,16 @@ class WorkerReportingCollate:
         pid, sketch = state.pop('pid', None), state.pop('sketch', False)
         self.__dict__.update(state)
         if pid != os.getpid() or get_worker_info() is not None:
-            reporting.LIVE_COLLECTORS.setdefault(_WORKER_KEY, _dead_ref)
-            SKETCHES.enabled = SKETCHES.enabled or sketch
+            REPORTER.enable_in_worker(sketch)
 
     def __call__(self, samples: Any) -> Any:
         batch = self.collate_fn(samples)
         if get_worker_info() is None:  # main process: values are in STORE
             return batch
-        names, rows, counts = reporting.STORE.flush_with_sketches()
-        if not names:
+        flushed = REPORTER.take()
+        if not flushed.names:
             return batch
-        payload = (names, rows, _sparse(counts))
+        payload = flushed._replace(counts=_sparse(flushed.counts))
         if isinstance(batch, dict) and type(batch) in (dict, ReportedDict):
             batch = ReportedDict(batch)
         elif isinstance(batch, list) and type(batch) in (list, ReportedList):
@@ -112,26 +103,6 @@ def _sparse(counts: Optional[np.ndarray]) -> Optional[tuple]:
         return None
     rows, cols = np.nonzero(counts)
     return rows, cols, counts[rows, cols]
-
-
-def _add_reports(payload: tuple, prefix: str) -> None:
-    """Add a worker's ``(names, rows, sparse counts)`` to the stores."""
-    names, rows, sparse = payload
-    store = reporting.STORE
-    with store.lock:
-        for name, row in zip(names, rows):
-            if row[N] == 0 and row[NONFINITE] == 0:  # registered, no value
-                store.empty.add(prefix + name)
-            else:
-                store.add_row(prefix + name, row.clone())
-    if sparse is None or not SKETCHES.enabled:
-        return
-    name_index, buckets, counts = sparse
-    dense = torch.zeros(len(names), SKETCHES.buckets.size, dtype=_F64)
-    dense[torch.from_numpy(name_index),
-          torch.from_numpy(buckets)] = torch.from_numpy(counts)
-    for i in np.unique(name_index).tolist():
-        SKETCHES.add_counts(prefix + names[i], dense[i])
 
 
 def carries_reports(data_batch: Any) -> bool:
@@ -154,5 +125,4 @@ def deliver_worker_reports(data_batch: Any) -> None:
     if payload is None:
         return
     setattr(data_batch, _ATTR, None)
-    if reporting.LIVE_COLLECTORS and not reporting._SUSPENDED[0]:
-        _add_reports(payload, reporting.current_phase())
+    REPORTER.add_rows(payload, REPORTER.phase)

@@ -23,12 +23,12 @@ SHAPES = {
 
 @pytest.fixture(autouse=True)
 def clean_state():
-    reporting.LIVE_COLLECTORS.clear()
+    reporting.REPORTER._collectors.clear()
     reporting.reset()
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
-    reporting.LIVE_COLLECTORS.clear()
+    reporting.REPORTER._collectors.clear()
     reporting.reset()
 
 

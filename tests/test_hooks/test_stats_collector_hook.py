@@ -281,17 +281,16 @@ def test_a_user_pattern_cannot_escape_its_wrapper():
 def test_building_the_hook_makes_nothing_live():
     from mmstats.stats import reporting
     hook = StatsCollectorHook()
-    assert hook.collectors == {} and not reporting.LIVE_COLLECTORS
+    assert hook.collectors == {} and not reporting.REPORTER.live_collectors()
     report('x', 1.0)  # kept by nobody
     runner, _ = mock_runner(10)
     hook.before_run(runner)
-    assert len(reporting.LIVE_COLLECTORS) == 3
+    assert len(reporting.REPORTER.live_collectors()) == 3
     hook.after_run(runner)
-    assert hook.collectors == {} and not reporting.LIVE_COLLECTORS
+    assert hook.collectors == {} and not reporting.REPORTER.live_collectors()
 
 
-def test_a_nonfinite_count_belongs_to_its_interval_and_warns_once(
-        mm_records):
+def test_a_nonfinite_count_belongs_to_its_interval_and_warns_once(mm_records):
     hook = StatsCollectorHook(
         interval=1, collect_outputs=False, collect_timing=False)
     runner, published = mock_runner(100, IterBasedTrainLoop, 1)

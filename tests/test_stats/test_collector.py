@@ -11,17 +11,18 @@ import torch
 from torch import nn
 
 from mmstats.stats import Collector, report, report0, reporting
-from mmstats.stats.reporting import (MAX_PENDING_NUMBERS, MAX_PENDING_ROWS,
-                                     MAX_PENDING_TENSORS, STORE)
+from mmstats.stats.reporting import REPORTER
+from mmstats.stats.store import (MAX_PENDING_NUMBERS, MAX_PENDING_ROWS,
+                                 MAX_PENDING_TENSORS)
 
 
 @pytest.fixture(autouse=True)
 def _clean_state():
     """No collector or pending value leaks from one test into the next."""
-    reporting.LIVE_COLLECTORS.clear()
+    reporting.REPORTER._collectors.clear()
     reporting.reset()
     yield
-    reporting.LIVE_COLLECTORS.clear()
+    reporting.REPORTER._collectors.clear()
     reporting.reset()
 
 
@@ -146,11 +147,11 @@ def test_memory_is_bounded():
     c = Collector()
     for i in range(3000):
         report('x', torch.tensor(float(i)))
-    assert len(STORE.tensors.get('x', [])) < MAX_PENDING_TENSORS
-    assert len(STORE.rows['x']) < MAX_PENDING_ROWS
+    assert len(REPORTER.store.tensors.get('x', [])) < MAX_PENDING_TENSORS
+    assert len(REPORTER.store.rows['x']) < MAX_PENDING_ROWS
     for i in range(MAX_PENDING_NUMBERS + 10):
         report('f', 0.5 * i)
-    assert len(STORE.numbers['f']) < MAX_PENDING_NUMBERS
+    assert len(REPORTER.store.numbers['f']) < MAX_PENDING_NUMBERS
     c.update()
     check(c, 'x', np.arange(3000.))
     check(c, 'f', 0.5 * np.arange(MAX_PENDING_NUMBERS + 10.))
@@ -289,13 +290,13 @@ def test_no_collector_is_noop():
     assert report('x', t) is t
     bad = 'not checked without a collector'
     assert report('x', bad) is bad
-    assert not STORE.tensors and not STORE.numbers
+    assert not REPORTER.store.tensors and not REPORTER.store.numbers
     c = Collector()
     c.update()
     assert c.names() == [] and c.as_dict() == {}
     del c
     report('x', 1.0)
-    assert not STORE.numbers  # nothing kept once the last collector died
+    assert not REPORTER.store.numbers  # none kept once the last one died
 
 
 @pytest.mark.parametrize('bad', [
@@ -351,7 +352,8 @@ def test_cuda_report_never_syncs():
 def test_bad_arguments_name_the_argument(kwargs, error, match):
     with pytest.raises(error, match=match):
         Collector(**kwargs)
-    assert not reporting.LIVE_COLLECTORS  # nothing half-built stays alive
+    assert not reporting.REPORTER.live_collectors(
+    )  # nothing half-built stays alive
 
 
 def test_inline_flags_work():

@@ -208,13 +208,13 @@ def _failing_worker(rank, world):
     report('a', float(rank))
     c.update()
     report('b', [rank + 1., 10.])
-    orig = reporting.STORE.flush
+    orig = reporting.REPORTER.store.flush
     if rank == 1:  # an unexpected failure on one rank only
 
         def broken():
             raise OSError('injected')
 
-        reporting.STORE.flush = broken
+        reporting.REPORTER.store.flush = broken
     try:
         c.update()
     except RuntimeError as e:
@@ -222,7 +222,7 @@ def _failing_worker(rank, world):
     else:
         error = None
     finally:
-        reporting.STORE.flush = orig
+        reporting.REPORTER.store.flush = orig
     report('c', 5.)
     c.update()
     return error, c.as_dict()

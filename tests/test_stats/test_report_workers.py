@@ -178,10 +178,15 @@ def test_batches_that_cannot_carry_worker_values_warn_once(
     import glob
 
     from mmengine.registry import FUNCTIONS
-    FUNCTIONS.register_module('tuple_collate', module=tuple_collate,
-                              force=True)
-    cfg = toy_cfg(tmp_path, by_epoch=False, num_samples=24, batch_size=4,
-                  max_iters=6, log_interval=2)
+    FUNCTIONS.register_module(
+        'tuple_collate', module=tuple_collate, force=True)
+    cfg = toy_cfg(
+        tmp_path,
+        by_epoch=False,
+        num_samples=24,
+        batch_size=4,
+        max_iters=6,
+        log_interval=2)
     cfg.train_dataloader.update(
         num_workers=1,
         collate_fn=dict(type='tuple_collate'),

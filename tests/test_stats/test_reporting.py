@@ -11,10 +11,10 @@ from mmstats.stats import Collector, report, report0, reporting
 
 @pytest.fixture(autouse=True)
 def clean_state():
-    reporting.LIVE_COLLECTORS.clear()  # collectors of earlier tests
+    reporting.REPORTER._collectors.clear()  # collectors of earlier tests
     reporting.reset()
     yield
-    reporting.LIVE_COLLECTORS.clear()
+    reporting.REPORTER._collectors.clear()
     reporting.reset()
 
 
@@ -127,7 +127,7 @@ def test_report0_from_thread_on_other_rank(monkeypatch):
         for _ in range(3):
             report0('r0', 1.0)  # registers the name only
             collector.update()  # leaves this thread's store empty
-        registered.append(len(reporting.STORE._others))
+        registered.append(len(reporting.REPORTER.store._others))
 
     t = threading.Thread(target=work)
     t.start()
