@@ -205,11 +205,20 @@ class PretrainStyleRecorderHook(Hook):
 
     def before_train(self, runner) -> None:
         model = self._bare(runner)
+        # the frozen stages: their BN layers (weights and buffers), convs
+        frozen_bns = [
+            name for name, m in model.named_modules()
+            if isinstance(m, _BatchNorm) and not m.weight.requires_grad
+        ]
+        assert len(frozen_bns) >= 2, frozen_bns  # stem and layer1
+        frozen = {
+            name
+            for name, p in model.named_parameters() if not p.requires_grad
+        }
         self.frozen_before = {
             k: v.clone()
             for k, v in model.state_dict().items()
-            if k.startswith(('backbone.stem', 'backbone.conv1',
-                             'backbone.norm1', 'backbone.layer1'))
+            if k in frozen or k.rpartition('.')[0] in frozen_bns
         }
         model.backbone.layer2.register_forward_hook(self._record_act)
 
