@@ -68,11 +68,19 @@ def setup_launcher(cfg) -> None:
     With CUDA, or with ``launcher='none'``, nothing changes: mmengine
     initialises NCCL itself. Without CUDA, a gloo process group is created
     now, ``env_cfg.dist_cfg.backend`` is set to ``'gloo'`` and, unless the
-    config sets one, ``model_wrapper_cfg`` becomes
-    ``dict(type='MMDistributedDataParallel', device_ids=None)``.
+    config sets one, ``model_wrapper_cfg`` becomes mmengine's default DDP
+    wrapper with ``device_ids=None``: ``dict(type='MMDistributedDataParallel',
+    device_ids=None, broadcast_buffers=False, find_unused_parameters=cfg.
+    find_unused_parameters)``. Idempotent.
 
     Args:
-        cfg (Config): The training config, with ``launcher`` set.
+        cfg (Config | dict): The training config, with ``launcher`` set.
+
+    Example:
+        >>> cfg = Config.fromfile('configs/x.py')
+        >>> cfg.launcher = 'pytorch'   # under torchrun, on a CPU machine
+        >>> setup_launcher(cfg)         # gloo group, CPU DDP wrapper
+        >>> runner = Runner.from_cfg(cfg)
     """
     launcher = cfg.get('launcher', 'none')
     if launcher not in LAUNCHERS:
@@ -84,5 +92,9 @@ def setup_launcher(cfg) -> None:
     dist_cfg['backend'] = 'gloo'
     init_cpu_distributed(launcher, dist_cfg.get('timeout', 1800))
     if cfg.get('model_wrapper_cfg') is None:
-        cfg.model_wrapper_cfg = dict(
-            type='MMDistributedDataParallel', device_ids=None)
+        # mmengine's own default wrapper (Runner.wrap_model), on CPU
+        cfg['model_wrapper_cfg'] = dict(
+            type='MMDistributedDataParallel',
+            device_ids=None,
+            broadcast_buffers=False,
+            find_unused_parameters=cfg.get('find_unused_parameters', False))
