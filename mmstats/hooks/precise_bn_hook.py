@@ -75,16 +75,20 @@ class PreciseBNHook(Hook):
                                                        bool) or interval <= 0:
             raise ValueError('PreciseBNHook: interval must be a positive int, '
                              f'got {interval!r}')
-        if by_epoch not in (None, True, False):
-            raise ValueError('PreciseBNHook: by_epoch must be None (follow '
-                             'the train loop), True or False, got '
-                             f'{by_epoch!r}')
+        # types, not equality: 0 == False and 1.0 == True
+        if not (by_epoch is None or type(by_epoch) is bool):
+            raise TypeError('PreciseBNHook: by_epoch must be None (follow '
+                            'the train loop), True (every `interval` epochs)'
+                            ' or False (every `interval` iterations), got '
+                            f'{by_epoch!r} of type {type(by_epoch).__name__}')
         check_loader_cfg(dataloader)
         for name, flag in (('at_end', at_end), ('update_ema', update_ema),
                            ('progress', progress)):
-            if not isinstance(flag, bool):
-                raise TypeError(f'PreciseBNHook: {name} must be a bool, got '
-                                f'{flag!r}')
+            if type(flag) is not bool:
+                raise TypeError(f'PreciseBNHook: {name} must be True or '
+                                f'False, got {flag!r} of type '
+                                f'{type(flag).__name__}; write {name}=True '
+                                f'or {name}=False')
         self.num_samples = num_samples
         self.interval = interval
         self._by_epoch = by_epoch

@@ -64,6 +64,20 @@ def check_args(num_samples: Any,
                          f'{tuple(ESTIMATORS)}, got {estimator!r}')
 
 
+def _check_initialised(name: str, module: nn.Module) -> None:
+    """Refuse a lazy BN layer (e.g. ``nn.LazyBatchNorm2d``) whose buffers
+    are not materialised yet, naming it and the fix."""
+    if (isinstance(module, nn.modules.lazy.LazyModuleMixin)
+            and module.has_uninitialized_params()):
+        raise ValueError(
+            f'update_bn_stats: BN layer {name or "<model>"!r} '
+            f'({type(module).__name__}) is not initialised yet (a lazy '
+            'module gets its number of channels at its first forward); run '
+            'one forward of the model first (e.g. on one batch, under '
+            'torch.no_grad()), or build it with num_features, e.g. '
+            'nn.BatchNorm2d(C)')
+
+
 def _find_layers(model: nn.Module) -> Tuple[list, list, list, list]:
     """(participating BN layers with names, frozen names, unaffected names,
     other norms' running buffers with a copy to restore)."""
@@ -73,6 +87,7 @@ def _find_layers(model: nn.Module) -> Tuple[list, list, list, list]:
             if module.running_mean is None or module.running_var is None:
                 unaffected.append(name)
             elif module.training:
+                _check_initialised(name, module)
                 layers.append((name, module))
             else:
                 frozen.append(name)
@@ -230,6 +245,15 @@ def update_bn_stats(model: nn.Module,
         RuntimeError: A forward failed on another rank.
     """
     check_args(num_samples, estimator)
+    if type(progress) is not bool:  # types, not truthiness: 0, 1.0, 'no'
+        raise TypeError('update_bn_stats: progress must be True or False, '
+                        f'got {progress!r} of type {type(progress).__name__};'
+                        ' write progress=True or progress=False')
+    if forward_context is not None and not callable(forward_context):
+        raise TypeError('update_bn_stats: forward_context must be None or a '
+                        'callable returning a context manager (e.g. '
+                        '`lambda: torch.autocast("cuda")`), got '
+                        f'{forward_context!r}')
     start_time = time.perf_counter()
     while is_model_wrapper(model) or isinstance(
             model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
