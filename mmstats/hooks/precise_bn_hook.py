@@ -20,7 +20,26 @@ from .log_rhythm import find_logger_hook, logs_train_line
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 VAR_CHANGE = 'train/precise_bn/var_change'
 EMA_VAR_CHANGE = 'train/precise_bn/ema_var_change'
+HUB_KEYS = (VAR_CHANGE, EMA_VAR_CHANGE)
 RUNS_KEY = 'precise_bn_runs'  # in checkpoint['meta']
+
+
+def _drop_hub_keys(checkpoint: dict) -> None:
+    """Keep the once-per-run values out of the checkpoint's message hub.
+
+    They are published for one log line only, so a resume has nothing to
+    restore; mmengine's ``MessageHub.load_state_dict`` warns about every
+    key of ``resumed_keys`` it cannot find in ``log_scalars`` (``resumed
+    key: ... is not defined in message_hub``), whatever its flag.
+    """
+    state = checkpoint.get('message_hub')
+    if not isinstance(state, dict):
+        return
+    for part in ('resumed_keys', 'log_scalars'):
+        table = state.get(part)
+        if isinstance(table, dict):  # a new dict: never the live hub's
+            state[part] = type(table)(
+                (k, v) for k, v in table.items() if k not in HUB_KEYS)
 
 
 @HOOKS.register_module()
@@ -111,7 +130,7 @@ class PreciseBNHook(Hook):
         self.by_epoch = self._by_epoch
         if self._by_epoch is None:
             self.by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
-        for key in (VAR_CHANGE, EMA_VAR_CHANGE):  # e.g. from a checkpoint
+        for key in HUB_KEYS:  # e.g. from an old checkpoint
             runner.message_hub.log_scalars.pop(key, None)
         self._pending, self._published = {}, {}
         self._has_bn = any(
@@ -161,9 +180,11 @@ class PreciseBNHook(Hook):
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         self._refresh_ema(runner)
         checkpoint.setdefault('meta', {})[RUNS_KEY] = self._num_runs
+        _drop_hub_keys(checkpoint)
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         self._num_runs = int(checkpoint.get('meta', {}).get(RUNS_KEY, 0))
+        _drop_hub_keys(checkpoint)  # also from checkpoints of older versions
 
     def before_val_epoch(self, runner) -> None:
         self._refresh_ema(runner)
@@ -193,8 +214,8 @@ class PreciseBNHook(Hook):
         if not logs_train_line(runner, batch_idx, logger.interval,
                                logger.ignore_last):
             return
-        for key, value in self._pending.items():
-            runner.message_hub.update_scalar(key, value)
+        for key, value in self._pending.items():  # once: never resumed
+            runner.message_hub.update_scalar(key, value, resumed=False)
         self._published, self._pending = self._pending, {}
 
     @staticmethod

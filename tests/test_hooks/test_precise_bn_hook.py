@@ -523,3 +523,45 @@ def test_two_ranks_end_with_identical_precise_stats(tmp_path):
     assert_precise(buffers['backbone.stem.bn.running_mean'],
                    buffers['backbone.stem.bn.running_var'], train_inputs(cfg),
                    torch.from_numpy(results[0]['weight']))
+
+
+@pytest.mark.parametrize('old_checkpoint', [False, True])
+def test_resume_is_silent_and_var_change_still_logged_once(
+        tmp_path, clean_mmengine, mmengine_checkpoints, old_checkpoint):
+    """Resuming a run that used the hook: no 'resumed key ... is not
+    defined in message_hub' warning (also from a checkpoint written by an
+    older version, whose hub state lists the keys as resumable), and the
+    resumed run's var_change is on its first log line after the run and in
+    scalars.json, once, with the value update_bn_stats returned."""
+    cfg = precise_cfg(tmp_path, max_epochs=2, log_interval=4)
+    Runner.from_cfg(cfg).train()
+    path = osp.join(tmp_path, 'epoch_2.pth')
+    ckpt = torch.load(path, weights_only=False)
+    hub = ckpt['message_hub']
+    assert not any('precise_bn' in k for k in hub['resumed_keys'])
+    assert not any('precise_bn' in k for k in hub['log_scalars'])
+    if old_checkpoint:  # what the previous version wrote
+        for key in ('train/precise_bn/var_change',
+                    'train/precise_bn/ema_var_change'):
+            hub['resumed_keys'][key] = True
+        torch.save(ckpt, path)
+    cfg = precise_cfg(tmp_path, max_epochs=4, log_interval=4)
+    cfg.resume = True
+    runner = Runner.from_cfg(cfg)
+    hook = hooks_of(runner, PreciseBNHook)[0]
+    summaries = []
+    real = hook._recompute
+    hook._recompute = lambda *a: summaries.append(real(*a)) or summaries[-1]
+    runner.train()
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    assert 'resumed epoch: 2' in log
+    assert 'is not defined in message_hub' not in log
+    assert len(summaries) == 2  # epochs 3 and 4
+    expected = [s['var_change'] for s in summaries]
+    records = [r for r in read_scalars(runner) if 'precise_bn/var_change' in r]
+    assert [r['step'] for r in records] == [34, 40]  # 40: scalars.json only
+    np.testing.assert_allclose([r['precise_bn/var_change'] for r in records],
+                               expected)
+    lines = [ln for ln in log.splitlines() if 'precise_bn/var_change' in ln]
+    assert len(lines) == 1 and 'Epoch(train) [4][ 4/10]' in lines[0]
+    assert f'precise_bn/var_change: {expected[0]:.4f}' in lines[0]
