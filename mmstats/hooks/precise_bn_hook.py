@@ -12,7 +12,7 @@ from mmengine.runner import EpochBasedTrainLoop, Runner
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader
 
-from mmstats.precise_bn import check_args, update_bn_stats
+from mmstats.precise_bn import check_args, layers_to_update, update_bn_stats
 from mmstats.precise_bn.batches import check_loader_cfg, loader_like
 from mmstats.registry import HOOKS
 from .log_rhythm import find_logger_hook, logs_train_line
@@ -119,6 +119,7 @@ class PreciseBNHook(Hook):
         self.progress = progress
         self._loader: Optional[DataLoader] = None
         self._has_bn = False  # decided per run in before_train
+        self._active = False  # some BN layer to recompute (last check)
         self._num_runs = 0
         self._ema_stale = False
         self._swapped_for_val = False
@@ -133,6 +134,7 @@ class PreciseBNHook(Hook):
         for key in HUB_KEYS:  # e.g. from an old checkpoint
             runner.message_hub.log_scalars.pop(key, None)
         self._pending, self._published = {}, {}
+        self._active = False
         self._has_bn = any(
             isinstance(m, _BatchNorm) for m in runner.model.modules())
         if not self._has_bn:
@@ -143,6 +145,18 @@ class PreciseBNHook(Hook):
                 level=30)
             return
         self._loader = self._build_loader(runner)
+        # the modes training will use: the loop calls model.train() (which
+        # honours norm_eval / frozen stages) after before_train
+        self._active = bool(layers_to_update(self._bare(runner), train=True))
+        if not self._active:
+            print_log(
+                'PreciseBNHook: every BatchNorm layer stays in eval mode '
+                'during training (e.g. norm_eval=True, frozen stages) or '
+                'tracks no running statistics: nothing to recompute, '
+                'nothing is published. Layers that return to training mode '
+                'later in the run are recomputed from then on.',
+                'current',
+                level=30)
 
     def after_train_epoch(self, runner) -> None:
         if self.by_epoch and self._due(
@@ -273,6 +287,15 @@ class PreciseBNHook(Hook):
             estimator=self.estimator,
             forward_context=self._forward_context(runner, model),
             progress=self.progress)
+        if not summary['num_layers']:
+            print_log(
+                f'PreciseBN ({what}): no BN layer in training mode was '
+                f'called by the forwards (mode="tensor"): nothing updated, '
+                f'nothing published; not called: '
+                f'{", ".join(summary["skipped"]) or "-"}',
+                'current',
+                level=30)
+            return summary
         print_log(
             f'PreciseBN ({what}): updated {summary["num_layers"]} BN layers '
             f'with {summary["num_samples"]} samples in '
@@ -291,7 +314,23 @@ class PreciseBNHook(Hook):
         return summary
 
     def _run(self, runner) -> None:
-        summary = self._recompute(runner, self._bare(runner), 'model')
+        model = self._bare(runner)
+        names = layers_to_update(model)  # the modes of this moment
+        if bool(names) != self._active:  # said once per change
+            self._active = bool(names)
+            print_log(
+                f'PreciseBNHook: {len(names)} BatchNorm layers are in '
+                'training mode now: recomputing them from now on'
+                if names else 'PreciseBNHook: every BatchNorm layer is in '
+                'eval mode now: nothing to recompute, nothing is published '
+                'until some return to training mode',
+                'current',
+                level=30)
+        if not names:
+            return
+        summary = self._recompute(runner, model, 'model')
+        if not summary['num_layers']:  # none was called in the forwards
+            return
         self._pending[VAR_CHANGE] = summary['var_change']
         self._num_runs += 1
         self._ema_stale = (
@@ -312,4 +351,5 @@ class PreciseBNHook(Hook):
         finally:
             for m, flag in zip(ema_model.modules(), flags):
                 m.training = flag
-        self._pending[EMA_VAR_CHANGE] = summary['var_change']
+        if summary['num_layers']:
+            self._pending[EMA_VAR_CHANGE] = summary['var_change']

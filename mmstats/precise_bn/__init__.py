@@ -8,9 +8,10 @@ Modules: :mod:`.estimators` (how batch statistics combine), :mod:`.recorder`
 """
 from .estimators import (ESTIMATORS, BatchAverageEstimator, Estimator,
                          PopulationEstimator)
-from .update import check_args, preserve_rng_state, update_bn_stats
+from .update import (check_args, layers_to_update, preserve_rng_state,
+                     update_bn_stats)
 
 __all__ = [
-    'update_bn_stats', 'check_args', 'preserve_rng_state', 'ESTIMATORS',
-    'Estimator', 'PopulationEstimator', 'BatchAverageEstimator'
+    'update_bn_stats', 'check_args', 'layers_to_update', 'preserve_rng_state',
+    'ESTIMATORS', 'Estimator', 'PopulationEstimator', 'BatchAverageEstimator'
 ]

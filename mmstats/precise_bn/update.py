@@ -24,7 +24,9 @@ from .batches import forward_batch
 from .estimators import ESTIMATORS
 from .recorder import BNRecorder, LayerGroup
 
-__all__ = ['update_bn_stats', 'check_args', 'preserve_rng_state']
+__all__ = [
+    'update_bn_stats', 'check_args', 'layers_to_update', 'preserve_rng_state'
+]
 
 _OTHER_NORMS = tuple(
     norm for norm in (nn.GroupNorm, _InstanceNorm, nn.LayerNorm,
@@ -76,6 +78,35 @@ def _check_initialised(name: str, module: nn.Module) -> None:
             'one forward of the model first (e.g. on one batch, under '
             'torch.no_grad()), or build it with num_features, e.g. '
             'nn.BatchNorm2d(C)')
+
+
+def layers_to_update(model: nn.Module, train: bool = False) -> List[str]:
+    """Names of the BN layers :func:`update_bn_stats` would recompute: in
+    training mode, with running statistics.
+
+    Args:
+        model (nn.Module): The model (may be wrapped).
+        train (bool): Judge the modes ``model.train()`` gives (it honours
+            overrides such as ``norm_eval`` and frozen stages); every
+            module's mode is restored afterwards. Defaults to False: the
+            modes of now.
+
+    Returns:
+        list[str]: The layers' module names.
+    """
+    modules = list(model.modules())
+    flags = [m.training for m in modules]
+    try:
+        if train:
+            model.train()
+        return [
+            name for name, m in model.named_modules()
+            if isinstance(m, _BatchNorm) and m.training
+            and m.running_mean is not None and m.running_var is not None
+        ]
+    finally:
+        for module, flag in zip(modules, flags):
+            module.training = flag
 
 
 def _find_layers(model: nn.Module) -> Tuple[list, list, list, list]:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS as ROOT_HOOKS
+from mmengine.registry import MODELS as ROOT_MODELS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 
 from mmstats.hooks import PreciseBNHook
@@ -16,6 +17,7 @@ from mmstats.registry import HOOKS
 from tests.helpers.dist import run_distributed
 from tests.helpers.record_batches_hook import read_batches
 from tests.helpers.runner import gloo_launch, toy_cfg
+from tests.helpers.toy import ToyBNModel
 
 SUMMARY = dict(
     num_layers=6,
@@ -565,3 +567,110 @@ def test_resume_is_silent_and_var_change_still_logged_once(
     lines = [ln for ln in log.splitlines() if 'precise_bn/var_change' in ln]
     assert len(lines) == 1 and 'Epoch(train) [4][ 4/10]' in lines[0]
     assert f'precise_bn/var_change: {expected[0]:.4f}' in lines[0]
+
+
+# ------------------------------------------------- every BN layer frozen
+@ROOT_MODELS.register_module(force=True)
+class NormEvalToyModel(ToyBNModel):
+    """The toy model with mmpretrain/mmdet's ``norm_eval``: ``train()``
+    leaves every BN layer in eval mode while ``norm_eval`` is True."""
+
+    def __init__(self, norm_eval: bool = True, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.norm_eval = norm_eval
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                    m.eval()
+        return self
+
+
+@ROOT_HOOKS.register_module(force=True)
+class UnfreezeBNHook(Hook):
+    """Sets ``norm_eval=False`` before epoch ``at`` (0-based): the loop's
+    ``model.train()`` then puts the BN layers in training mode."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def before_train_epoch(self, runner) -> None:
+        if runner.epoch == self.at:
+            runner.model.norm_eval = False
+
+
+def bn_buffers(model):
+    return {
+        k: v.clone()
+        for k, v in model.state_dict().items()
+        if 'running' in k or 'num_batches' in k
+    }
+
+
+def test_all_bn_frozen_says_so_once_and_publishes_nothing(
+        tmp_path, clean_mmengine):
+    cfg = precise_cfg(tmp_path, max_epochs=3, log_interval=4)
+    cfg.model = dict(type='NormEvalToyModel')
+    runner = Runner.from_cfg(cfg)
+    before = bn_buffers(runner.model)
+    runner.train()
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    assert log.count('every BatchNorm layer stays in eval mode') == 1
+    assert 'nothing to recompute, nothing is published' in log
+    assert 'PreciseBN (model)' not in log  # no 'updated 0 BN layers' line
+    assert 'precise_bn' not in log
+    assert not [r for r in read_scalars(runner) if 'precise_bn/' in str(r)]
+    for key, value in bn_buffers(runner.model).items():
+        assert torch.equal(value, before[key]), key
+    assert hooks_of(runner, PreciseBNHook)[0]._num_runs == 0
+
+
+def test_bn_unfrozen_mid_run_is_recomputed_from_then_on(
+        tmp_path, clean_mmengine):
+    """Frozen in epoch 1, unfrozen from epoch 2: one line saying so, runs
+    after epochs 2 and 3 only, their var_change published as usual."""
+    cfg = precise_cfg(tmp_path, max_epochs=3, log_interval=4)
+    cfg.model = dict(type='NormEvalToyModel')
+    cfg.custom_hooks.append(dict(type='UnfreezeBNHook', at=1))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    assert log.count('every BatchNorm layer stays in eval mode') == 1
+    assert log.count('2 BatchNorm layers are in training mode now') == 1
+    assert log.count('PreciseBN (model): updated 2 BN layers') == 2
+    records = [r for r in read_scalars(runner) if 'precise_bn/var_change' in r]
+    assert [r['step'] for r in records] == [24, 30]
+    assert hooks_of(runner, PreciseBNHook)[0]._num_runs == 2
+    snaps = hooks_of(runner, ValSnapshotHook)[0].snapshots
+    assert len(snaps) == 3
+    assert torch.equal(snaps[0]['mean'], torch.zeros(8))  # frozen: untouched
+    assert torch.equal(snaps[0]['var'], torch.ones(8))
+    for snap in snaps[1:]:
+        assert_precise(snap['mean'], snap['var'], train_inputs(cfg),
+                       snap['weight'])
+
+
+def test_bn_frozen_mid_run_stops_publishing(tmp_path, clean_mmengine):
+    """The other way round: trainable in epoch 1, frozen from epoch 2."""
+
+    cfg = precise_cfg(tmp_path, max_epochs=3, log_interval=4)
+    cfg.model = dict(type='NormEvalToyModel', norm_eval=False)
+    cfg.custom_hooks.append(dict(type='FreezeBNHook', at=1))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    assert 'stays in eval mode' not in log
+    assert log.count('every BatchNorm layer is in eval mode now') == 1
+    assert log.count('PreciseBN (model): updated') == 1
+    records = [r for r in read_scalars(runner) if 'precise_bn/var_change' in r]
+    assert [r['step'] for r in records] == [14]
+
+
+@ROOT_HOOKS.register_module(force=True)
+class FreezeBNHook(UnfreezeBNHook):
+
+    def before_train_epoch(self, runner) -> None:
+        if runner.epoch == self.at:
+            runner.model.norm_eval = True
