@@ -16,30 +16,12 @@ from mmstats.precise_bn import check_args, layers_to_update, update_bn_stats
 from mmstats.precise_bn.batches import check_loader_cfg, loader_like
 from mmstats.registry import HOOKS
 from .log_rhythm import find_logger_hook, logs_train_line
+from .precise_bn_log import (EMA_VAR_CHANGE, HUB_KEYS, VAR_CHANGE,
+                             check_hook_args, drop_hub_keys, log_modes,
+                             log_summary)
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
-VAR_CHANGE = 'train/precise_bn/var_change'
-EMA_VAR_CHANGE = 'train/precise_bn/ema_var_change'
-HUB_KEYS = (VAR_CHANGE, EMA_VAR_CHANGE)
 RUNS_KEY = 'precise_bn_runs'  # in checkpoint['meta']
-
-
-def _drop_hub_keys(checkpoint: dict) -> None:
-    """Keep the once-per-run values out of the checkpoint's message hub.
-
-    They are published for one log line only, so a resume has nothing to
-    restore; mmengine's ``MessageHub.load_state_dict`` warns about every
-    key of ``resumed_keys`` it cannot find in ``log_scalars`` (``resumed
-    key: ... is not defined in message_hub``), whatever its flag.
-    """
-    state = checkpoint.get('message_hub')
-    if not isinstance(state, dict):
-        return
-    for part in ('resumed_keys', 'log_scalars'):
-        table = state.get(part)
-        if isinstance(table, dict):  # a new dict: never the live hub's
-            state[part] = type(table)(
-                (k, v) for k, v in table.items() if k not in HUB_KEYS)
 
 
 @HOOKS.register_module()
@@ -76,6 +58,19 @@ class PreciseBNHook(Hook):
             ``EMAHook`` is registered. Defaults to True.
         progress (bool): Show a progress bar on rank 0 when stdout is a
             terminal. Defaults to True.
+
+    Example:
+        >>> # in a config: custom_hooks = [dict(type='mmstats.PreciseBNHook',
+        >>> #                                   num_samples=4096)]
+        >>> from mmstats.registry import HOOKS
+        >>> hook = HOOKS.build(dict(type='mmstats.PreciseBNHook',
+        ...                         num_samples=4096, interval=2))
+        >>> hook.num_samples, hook.interval, hook.priority
+        (4096, 2, 'ABOVE_NORMAL')
+        >>> bad = dict(type='mmstats.PreciseBNHook', by_epoch=0)  # not False
+        >>> HOOKS.build(bad)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        TypeError: PreciseBNHook: by_epoch must be None ... got 0 of type int
     """
 
     priority = 'ABOVE_NORMAL'
@@ -90,24 +85,13 @@ class PreciseBNHook(Hook):
                  update_ema: bool = True,
                  progress: bool = True) -> None:
         check_args(num_samples, estimator, owner='PreciseBNHook')
-        if not isinstance(interval, int) or isinstance(interval,
-                                                       bool) or interval <= 0:
-            raise ValueError('PreciseBNHook: interval must be a positive int, '
-                             f'got {interval!r}')
-        # types, not equality: 0 == False and 1.0 == True
-        if not (by_epoch is None or type(by_epoch) is bool):
-            raise TypeError('PreciseBNHook: by_epoch must be None (follow '
-                            'the train loop), True (every `interval` epochs)'
-                            ' or False (every `interval` iterations), got '
-                            f'{by_epoch!r} of type {type(by_epoch).__name__}')
+        check_hook_args(
+            interval,
+            by_epoch,
+            at_end=at_end,
+            update_ema=update_ema,
+            progress=progress)
         check_loader_cfg(dataloader)
-        for name, flag in (('at_end', at_end), ('update_ema', update_ema),
-                           ('progress', progress)):
-            if type(flag) is not bool:
-                raise TypeError(f'PreciseBNHook: {name} must be True or '
-                                f'False, got {flag!r} of type '
-                                f'{type(flag).__name__}; write {name}=True '
-                                f'or {name}=False')
         self.num_samples = num_samples
         self.interval = interval
         self._by_epoch = by_epoch
@@ -149,14 +133,7 @@ class PreciseBNHook(Hook):
         # honours norm_eval / frozen stages) after before_train
         self._active = bool(layers_to_update(self._bare(runner), train=True))
         if not self._active:
-            print_log(
-                'PreciseBNHook: every BatchNorm layer stays in eval mode '
-                'during training (e.g. norm_eval=True, frozen stages) or '
-                'tracks no running statistics: nothing to recompute, '
-                'nothing is published. Layers that return to training mode '
-                'later in the run are recomputed from then on.',
-                'current',
-                level=30)
+            log_modes(None)
 
     def after_train_epoch(self, runner) -> None:
         if self.by_epoch and self._due(
@@ -194,11 +171,11 @@ class PreciseBNHook(Hook):
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         self._refresh_ema(runner)
         checkpoint.setdefault('meta', {})[RUNS_KEY] = self._num_runs
-        _drop_hub_keys(checkpoint)
+        drop_hub_keys(checkpoint)
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         self._num_runs = int(checkpoint.get('meta', {}).get(RUNS_KEY, 0))
-        _drop_hub_keys(checkpoint)  # also from checkpoints of older versions
+        drop_hub_keys(checkpoint)  # also from checkpoints of older versions
 
     def before_val_epoch(self, runner) -> None:
         self._refresh_ema(runner)
@@ -287,30 +264,7 @@ class PreciseBNHook(Hook):
             estimator=self.estimator,
             forward_context=self._forward_context(runner, model),
             progress=self.progress)
-        if not summary['num_layers']:
-            print_log(
-                f'PreciseBN ({what}): no BN layer in training mode was '
-                f'called by the forwards (mode="tensor"): nothing updated, '
-                f'nothing published; not called: '
-                f'{", ".join(summary["skipped"]) or "-"}',
-                'current',
-                level=30)
-            return summary
-        print_log(
-            f'PreciseBN ({what}): updated {summary["num_layers"]} BN layers '
-            f'with {summary["num_samples"]} samples in '
-            f'{summary["seconds"]:.2f}s; running_var moved by '
-            f'{100 * summary["var_change"]:.2f}% (mean relative change)',
-            'current')
-        if self._num_runs == 0:
-            for key, text in (('frozen', 'left alone (eval mode)'),
-                              ('skipped', 'not called in a forward: left '
-                               'alone'), ('unaffected_norms',
-                                          'not BatchNorm: not '
-                                          'affected')):
-                if summary.get(key):
-                    print_log(f'PreciseBN: {text}: {", ".join(summary[key])}',
-                              'current')
+        log_summary(summary, what, first=self._num_runs == 0)
         return summary
 
     def _run(self, runner) -> None:
@@ -318,14 +272,7 @@ class PreciseBNHook(Hook):
         names = layers_to_update(model)  # the modes of this moment
         if bool(names) != self._active:  # said once per change
             self._active = bool(names)
-            print_log(
-                f'PreciseBNHook: {len(names)} BatchNorm layers are in '
-                'training mode now: recomputing them from now on'
-                if names else 'PreciseBNHook: every BatchNorm layer is in '
-                'eval mode now: nothing to recompute, nothing is published '
-                'until some return to training mode',
-                'current',
-                level=30)
+            log_modes(names)
         if not names:
             return
         summary = self._recompute(runner, model, 'model')

@@ -15,23 +15,16 @@ from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.utils import ProgressBar
 from torch import Tensor, nn
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.nn.modules.instancenorm import _InstanceNorm
 
 from mmstats.dist import get_rank, get_world_size, scaled_all_reduce
 from mmstats.stats import suspend_reporting
 from .batches import forward_batch
 from .estimators import ESTIMATORS
+from .layers import find_layers
 from .recorder import BNRecorder, LayerGroup
 
-__all__ = [
-    'update_bn_stats', 'check_args', 'layers_to_update', 'preserve_rng_state'
-]
+__all__ = ['update_bn_stats', 'check_args', 'preserve_rng_state']
 
-_OTHER_NORMS = tuple(
-    norm for norm in (nn.GroupNorm, _InstanceNorm, nn.LayerNorm,
-                      nn.LocalResponseNorm, getattr(nn, 'RMSNorm', None))
-    if norm is not None)
 # BatchNorm refuses a training batch with one value per channel
 _TOO_SMALL = 'Expected more than 1 value per channel'
 
@@ -64,72 +57,6 @@ def check_args(num_samples: Any,
     if estimator not in ESTIMATORS:
         raise ValueError(f'{owner}: estimator must be one of '
                          f'{tuple(ESTIMATORS)}, got {estimator!r}')
-
-
-def _check_initialised(name: str, module: nn.Module) -> None:
-    """Refuse a lazy BN layer (e.g. ``nn.LazyBatchNorm2d``) whose buffers
-    are not materialised yet, naming it and the fix."""
-    if (isinstance(module, nn.modules.lazy.LazyModuleMixin)
-            and module.has_uninitialized_params()):
-        raise ValueError(
-            f'update_bn_stats: BN layer {name or "<model>"!r} '
-            f'({type(module).__name__}) is not initialised yet (a lazy '
-            'module gets its number of channels at its first forward); run '
-            'one forward of the model first (e.g. on one batch, under '
-            'torch.no_grad()), or build it with num_features, e.g. '
-            'nn.BatchNorm2d(C)')
-
-
-def layers_to_update(model: nn.Module, train: bool = False) -> List[str]:
-    """Names of the BN layers :func:`update_bn_stats` would recompute: in
-    training mode, with running statistics.
-
-    Args:
-        model (nn.Module): The model (may be wrapped).
-        train (bool): Judge the modes ``model.train()`` gives (it honours
-            overrides such as ``norm_eval`` and frozen stages); every
-            module's mode is restored afterwards. Defaults to False: the
-            modes of now.
-
-    Returns:
-        list[str]: The layers' module names.
-    """
-    modules = list(model.modules())
-    flags = [m.training for m in modules]
-    try:
-        if train:
-            model.train()
-        return [
-            name for name, m in model.named_modules()
-            if isinstance(m, _BatchNorm) and m.training
-            and m.running_mean is not None and m.running_var is not None
-        ]
-    finally:
-        for module, flag in zip(modules, flags):
-            module.training = flag
-
-
-def _find_layers(model: nn.Module) -> Tuple[list, list, list, list]:
-    """(participating BN layers with names, frozen names, unaffected names,
-    other norms' running buffers with a copy to restore)."""
-    layers, frozen, unaffected, kept = [], [], [], []
-    for name, module in model.named_modules():
-        if isinstance(module, _BatchNorm):
-            if module.running_mean is None or module.running_var is None:
-                unaffected.append(name)
-            elif module.training:
-                _check_initialised(name, module)
-                layers.append((name, module))
-            else:
-                frozen.append(name)
-        elif isinstance(module, _OTHER_NORMS):
-            unaffected.append(name)
-            # e.g. InstanceNorm(track_running_stats=True) in training mode
-            kept += [(buf, buf.clone())
-                     for key, buf in module._buffers.items()
-                     if buf is not None and key.startswith(('running_',
-                                                            'num_batches'))]
-    return layers, frozen, unaffected, kept
 
 
 def _run_batches(model: nn.Module, loader: Iterable, recorder: BNRecorder,
@@ -271,9 +198,25 @@ def update_bn_stats(model: nn.Module,
         ``frozen`` (eval mode) and ``unaffected_norms``.
 
     Raises:
-        ValueError: Bad ``num_samples``/``estimator``, or no batch at all on
-            any rank.
+        ValueError: Bad ``num_samples``/``estimator``, an uninitialised lazy
+            BN layer, or no batch at all on any rank.
+        TypeError: ``progress`` is not a bool or ``forward_context`` is not
+            callable.
         RuntimeError: A forward failed on another rank.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from mmstats import update_bn_stats
+        >>> model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+        >>> batches = [torch.randn(8, 3, 6, 6) for _ in range(3)]
+        >>> summary = update_bn_stats(model, batches, num_samples=24,
+        ...                           progress=False)
+        >>> summary['updated'], summary['num_samples'], summary['num_batches']
+        (['1'], 24, 3)
+        >>> x = torch.cat([model[0](b) for b in batches]).detach()
+        >>> torch.allclose(model[1].running_mean, x.mean((0, 2, 3)))
+        True
     """
     check_args(num_samples, estimator)
     if type(progress) is not bool:  # types, not truthiness: 0, 1.0, 'no'
@@ -289,7 +232,7 @@ def update_bn_stats(model: nn.Module,
     while is_model_wrapper(model) or isinstance(
             model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
         model = model.module  # no collectives in the forwards
-    named, frozen, unaffected, kept = _find_layers(model)
+    named, frozen, unaffected, kept = find_layers(model)
     summary: Dict[str, Any] = dict(
         num_layers=0,
         num_samples=0,

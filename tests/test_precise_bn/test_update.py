@@ -460,3 +460,34 @@ def test_forward_context_must_be_callable():
             4,
             forward_context=nullcontext(),
             progress=False)
+
+
+def test_layers_to_update_judges_train_mode_and_restores_modes():
+    """``train=True`` asks what ``model.train()`` gives (a norm_eval-style
+    override included) and leaves every module's mode as it was."""
+    from mmstats.precise_bn import layers_to_update
+
+    class NormEval(nn.Sequential):
+
+        def train(self, mode=True):
+            super().train(mode)
+            for m in self.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.eval()
+            return self
+
+    model = NormEval(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4),
+        nn.BatchNorm2d(4, track_running_stats=False))
+    model.eval()
+    assert layers_to_update(model) == []
+    assert layers_to_update(model, train=True) == []
+    assert not any(m.training for m in model.modules())  # restored
+    plain = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4),
+        nn.BatchNorm2d(4, track_running_stats=False))
+    plain.eval()
+    assert layers_to_update(plain, train=True) == ['1']
+    assert not any(m.training for m in plain.modules())
+    plain.train()
+    assert layers_to_update(plain) == ['1']
