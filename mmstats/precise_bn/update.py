@@ -208,14 +208,19 @@ def update_bn_stats(model: nn.Module,
         >>> import torch
         >>> from torch import nn
         >>> from mmstats import update_bn_stats
+        >>> _ = torch.manual_seed(0)
         >>> model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
         >>> batches = [torch.randn(8, 3, 6, 6) for _ in range(3)]
         >>> summary = update_bn_stats(model, batches, num_samples=24,
         ...                           progress=False)
         >>> summary['updated'], summary['num_samples'], summary['num_batches']
         (['1'], 24, 3)
-        >>> x = torch.cat([model[0](b) for b in batches]).detach()
-        >>> torch.allclose(model[1].running_mean, x.mean((0, 2, 3)))
+        >>> x = torch.cat([model[0](b) for b in batches]).detach().double()
+        >>> torch.allclose(model[1].running_mean.double(), x.mean((0, 2, 3)),
+        ...                atol=1e-6)
+        True
+        >>> torch.allclose(model[1].running_var.double(),
+        ...                x.var((0, 2, 3), unbiased=False), atol=1e-6)
         True
     """
     check_args(num_samples, estimator)
