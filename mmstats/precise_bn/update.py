@@ -54,7 +54,7 @@ def check_args(num_samples: Any,
         raise ValueError(f'{owner}: num_samples must be a positive '
                          f'int (samples over all ranks, e.g. 8192), got '
                          f'{num_samples!r}')
-    if estimator not in ESTIMATORS:
+    if not isinstance(estimator, str) or estimator not in ESTIMATORS:
         raise ValueError(f'{owner}: estimator must be one of '
                          f'{tuple(ESTIMATORS)}, got {estimator!r}')
 

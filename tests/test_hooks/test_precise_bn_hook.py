@@ -45,6 +45,7 @@ SUMMARY = dict(
         (dict(by_epoch=1.0), r'by_epoch must be None .*got 1.0 of type float'),
         (dict(by_epoch=np.bool_(True)), 'by_epoch must be None'),
         (dict(estimator='ema'), 'estimator must be one of'),
+        (dict(estimator=['population']), 'estimator must be one of'),
         (dict(dataloader='train'), 'dataloader must be None or a'),
         (dict(at_end=1),
          'at_end must be True or False, got 1 .*write at_end='),
