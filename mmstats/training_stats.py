@@ -9,27 +9,64 @@ and keep every call: ``init_multiprocessing``, ``report``, ``report0``,
 ``Collector(regex, keep_previous)`` with ``names``, ``update``, ``num``,
 ``mean``, ``std``, ``as_dict`` and ``collector[name]``, and EDM2's
 ``default_collector``. A thin adapter over :func:`mmstats.report` and
-:class:`mmstats.Collector`; what changes (see ``docs/quantiles.md``):
+:class:`mmstats.Collector`. What a training loop observes is theirs:
+
+- ``names()`` lists every name reported so far (through this module) that
+  the regex fully matches, in order of first report, before the first
+  ``update()`` too; ``as_dict()`` has one entry per name of ``names()``
+  (``num=0``, NaN where a name got no value);
+- ``num()``, ``mean()`` and ``std()`` of a name the regex does not match
+  raise ``AssertionError``; of a matching name without values they return
+  0, NaN and NaN;
+- ``Collector()`` has StyleGAN3's defaults: ``keep_previous=True`` and
+  non-finite values counted, making that update's ``mean`` and ``std``
+  NaN; ``default_collector`` has EDM2's: ``keep_previous=False`` and
+  non-finite values ignored (``Collector(keep_previous=False,
+  ignore_nonfinite=True)`` is EDM2's ``Collector()``);
+- ``default_collector`` counts every value reported through this module,
+  as EDM2's (created at import there) does.
+
+What differs, each on purpose (see ``docs/quantiles.md``):
 
 - statistics are exact (float64, no ``E[x^2] - E[x]^2``) over all ranks;
+  theirs reduce each report in float32;
 - ranks may report different names, in any order: no hang, no mixing
   (StyleGAN3 requires the same names in the same order on every rank;
-  EDM2 raises);
-- NaN / inf values are ignored, as in EDM2 (StyleGAN3 lets them turn the
-  mean into NaN); :meth:`Collector.nonfinite` counts them;
-- ``names()`` lists, sorted, the names published by the last ``update()``
-  (theirs: every name reported so far, in order of first report).
+  EDM2 raises); a name only other ranks reported comes last in
+  ``names()``;
+- a non-finite value spoils only the update it belongs to: StyleGAN3
+  keeps cumulative sums, so after one NaN every later update of that name
+  reads NaN (``NaN - NaN``) whatever the values, a stale number. An update
+  whose non-finite values are all infinities reads NaN where StyleGAN3
+  reads ``+inf`` / ``-inf`` (both non-finite to a loop's check);
+  :meth:`Collector.nonfinite` counts them;
+- ``report0`` counts the values of the process group's rank 0 (the rank
+  given to ``init_multiprocessing`` is ignored);
+- nothing is live at import: ``default_collector`` comes into being at the
+  first ``report`` / ``report0`` through this module or at its first use,
+  and a collector that is never updated holds one merged row per name
+  (StyleGAN3's loop never updates EDM2's ``default_collector``); building
+  a ``Collector`` is not a collective (theirs runs an ``update()``).
 """
 import math
-from typing import Any, Dict, List
+import re
+from typing import Any, Dict, List, Optional, Pattern, Union
+
+import torch
 
 from .stats import Collector as _StatsCollector
-from .stats import report, report0
+from .stats import report as _report
+from .stats import report0 as _report0
 
 __all__ = [
-    'EasyDict', 'init_multiprocessing', 'report', 'report0', 'Collector',
-    'default_collector'
-]
+    'EasyDict', 'init_multiprocessing', 'report', 'report0', 'Collector'
+]  # and ``default_collector``, created at its first use
+
+_is_compiling = torch.compiler.is_compiling
+# Every name reported through this module, in order of first report (the
+# keys of StyleGAN3's ``_counters``): one entry per name, never values.
+_NAMES: Dict[str, None] = {}
+_DEFAULT: List[Optional['Collector']] = [None]
 
 
 class EasyDict(dict):
@@ -62,66 +99,148 @@ def init_multiprocessing(rank: int, sync_device: Any) -> None:
     """
 
 
+def report(name: str, value: Any) -> Any:
+    """:func:`mmstats.report` that also records ``name`` for
+    :meth:`Collector.names` and brings ``default_collector`` into being.
+
+    Args:
+        name (str): Name of the statistic.
+        value (float | Sequence | np.ndarray | Tensor): Values; empty only
+            registers the name.
+
+    Returns:
+        The same ``value`` object.
+    """
+    if _is_compiling():  # no Python state touched in a traced region
+        return _report(name, value)
+    if _DEFAULT[0] is None:
+        _default_collector()
+    value = _report(name, value)
+    if name not in _NAMES:
+        _NAMES[name] = None
+    return value
+
+
+def report0(name: str, value: Any) -> Any:
+    """Like :func:`report`; only rank 0's values are counted."""
+    if _is_compiling():
+        return _report0(name, value)
+    if _DEFAULT[0] is None:
+        _default_collector()
+    value = _report0(name, value)
+    if name not in _NAMES:
+        _NAMES[name] = None
+    return value
+
+
+class _MergingCollector(_StatsCollector):
+    """A :class:`mmstats.Collector` whose pending values stay one merged
+    row per name however long it goes without an update."""
+
+    def _receive(self, names, rows, counts=None) -> None:
+        super()._receive(names, rows, counts)
+        if len(self._chunks) > 1:
+            self._chunks = [self._local_rows()]
+
+
 class Collector:
     """StyleGAN3's ``Collector`` API on top of :class:`mmstats.Collector`.
 
     Each :meth:`update` (a collective: every rank must call it) publishes,
     per name matching ``regex`` (:func:`re.fullmatch`), ``num``, ``mean``
-    and ``std`` of the finite values reported since the previous update on
-    all ranks. ``std`` is the population standard deviation (``ddof=0``,
-    0 for one value), as in StyleGAN3 and EDM2.
+    and ``std`` of the values reported since the previous update on all
+    ranks. ``std`` is the population standard deviation (``ddof=0``, 0 for
+    one value), as in StyleGAN3 and EDM2.
 
     Args:
-        regex (str): Collect names that fully match this pattern.
-            Defaults to '.*'.
-        keep_previous (bool): If True, a name without new finite values
-            keeps its previous statistics (StyleGAN3's default); if False it
-            reports ``num=0`` and NaN (EDM2's default). Defaults to True.
+        regex (str | re.Pattern): Collect names that fully match this
+            pattern. Defaults to '.*'.
+        keep_previous (bool): If True, a name that got no value since the
+            previous update keeps its previous statistics (StyleGAN3's
+            default); if False it reads ``num=0`` and NaN (EDM2's default).
+            Defaults to True.
+        ignore_nonfinite (bool): If True, NaN / inf values are left out of
+            ``num``, ``mean`` and ``std`` (EDM2); if False they count in
+            ``num`` and make that update's ``mean`` and ``std`` NaN
+            (StyleGAN3). Keyword only. Defaults to False.
+
+    Example:
+        >>> from mmstats import training_stats
+        >>> collector = training_stats.Collector(regex='Loss/.*')
+        >>> _ = training_stats.report('Loss/G/loss', [1.0, 2.0, 3.0])
+        >>> collector.names()
+        ['Loss/G/loss']
+        >>> collector.update()
+        >>> collector.num('Loss/G/loss'), collector['Loss/G/loss']
+        (3, 2.0)
     """
 
-    def __init__(self, regex: str = '.*', keep_previous: bool = True) -> None:
-        # keep_previous is applied here, on finite counts, like StyleGAN3
-        self._collector = _StatsCollector(regex=regex, keep_previous=False)
+    def __init__(self,
+                 regex: Union[str, Pattern] = '.*',
+                 keep_previous: bool = True,
+                 *,
+                 ignore_nonfinite: bool = False) -> None:
+        for arg, flag in (('keep_previous', keep_previous),
+                          ('ignore_nonfinite', ignore_nonfinite)):
+            if type(flag) is not bool:
+                raise TypeError(f'training_stats.Collector: {arg} must be '
+                                f'True or False, got {flag!r}')
+        # the mmstats collector validates regex first (a clear message)
+        self._collector = _MergingCollector(regex=regex, keep_previous=False)
+        self._regex = re.compile(regex)
         self._keep_previous = keep_previous
-        self._stats: Dict[str, EasyDict] = {}
+        self._ignore_nonfinite = ignore_nonfinite
+        self._moments: Dict[str, EasyDict] = {}
 
     def names(self) -> List[str]:
-        """Names published by the last :meth:`update` (sorted)."""
-        return list(self._stats)
+        """Every name reported so far that ``regex`` fully matches, in order
+        of first report; then names only other ranks reported."""
+        match = self._regex.fullmatch
+        names = [name for name in _NAMES if match(name)]
+        known = set(names)
+        return names + [n for n in self._collector.names() if n not in known]
 
     def update(self) -> None:
         """Publish what was reported since the previous update (a
         collective over the default process group)."""
         collector = self._collector
         collector.update()
-        previous, stats = self._stats, {}
+        if not self._keep_previous:
+            self._moments = {}
         for name in collector.names():
             num = int(collector.num(name))
-            if num == 0 and self._keep_previous and name in previous:
-                stats[name] = previous[name]
-            elif num == 0:
-                stats[name] = EasyDict(num=0, mean=math.nan, std=math.nan)
+            bad = 0 if self._ignore_nonfinite else int(
+                collector.nonfinite(name))
+            if num + bad == 0:  # no value: keep or forget, as theirs
+                continue
+            if bad:
+                self._moments[name] = EasyDict(
+                    num=num + bad, mean=math.nan, std=math.nan)
             else:
-                stats[name] = EasyDict(
+                self._moments[name] = EasyDict(
                     num=num,
-                    mean=collector.mean(name),
-                    std=collector.std(name))
-        self._stats = stats
+                    mean=float(collector.mean(name)),
+                    std=float(collector.std(name)))
 
     def _get(self, name: str) -> EasyDict:
-        return self._stats.get(name) or EasyDict(
+        if not (isinstance(name, str) and self._regex.fullmatch(name)):
+            raise AssertionError(
+                f'training_stats.Collector: {name!r} does not match this '
+                f'collector\'s regex {self._regex.pattern!r} (StyleGAN3 and '
+                'EDM2 assert the same): ask a collector whose regex matches')
+        return self._moments.get(name) or EasyDict(
             num=0, mean=math.nan, std=math.nan)
 
     def num(self, name: str) -> int:
-        """Number of finite values of ``name`` (0 if none)."""
+        """Number of values of ``name`` in the last update (0 if none)."""
         return self._get(name).num
 
     def mean(self, name: str) -> float:
-        """Mean of the finite values of ``name`` (NaN if none)."""
+        """Mean of the values of ``name`` (NaN if none)."""
         return self._get(name).mean
 
     def std(self, name: str) -> float:
-        """Population std of the finite values of ``name`` (NaN if none)."""
+        """Population std of the values of ``name`` (NaN if none)."""
         return self._get(name).std
 
     def nonfinite(self, name: str) -> int:
@@ -130,16 +249,25 @@ class Collector:
         return int(self._collector.nonfinite(name))
 
     def as_dict(self) -> EasyDict:
-        """``EasyDict(name=EasyDict(num=int, mean=float, std=float))``, so
-        ``as_dict()[name].mean`` works; JSON-serialisable."""
+        """``EasyDict(name=EasyDict(num=int, mean=float, std=float))`` for
+        every name of :meth:`names`; JSON-serialisable."""
         return EasyDict(
-            (name, EasyDict(stat)) for name, stat in self._stats.items())
+            (name, EasyDict(self._get(name))) for name in self.names())
 
     def __getitem__(self, name: str) -> float:
         """``collector[name]`` is ``collector.mean(name)``."""
         return self.mean(name)
 
 
-# EDM2's module-level collector, with EDM2's keep_previous=False. Created at
-# import so that values reported before its first update() count.
-default_collector = Collector(keep_previous=False)
+def _default_collector() -> Collector:
+    """EDM2's module-level collector, created once, at first use."""
+    if _DEFAULT[0] is None:
+        _DEFAULT[0] = Collector(keep_previous=False, ignore_nonfinite=True)
+    return _DEFAULT[0]
+
+
+def __getattr__(name: str) -> Any:
+    """``default_collector`` comes into being at its first use."""
+    if name == 'default_collector':
+        return _default_collector()
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -12,14 +12,15 @@ from mmengine.runner import EpochBasedTrainLoop, Runner
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader
 
-from mmstats.precise_bn import check_args, update_bn_stats
+from mmstats.precise_bn import check_args, layers_to_update, update_bn_stats
 from mmstats.precise_bn.batches import check_loader_cfg, loader_like
 from mmstats.registry import HOOKS
 from .log_rhythm import find_logger_hook, logs_train_line
+from .precise_bn_log import (EMA_VAR_CHANGE, HUB_KEYS, VAR_CHANGE,
+                             check_hook_args, drop_hub_keys, log_modes,
+                             log_summary)
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
-VAR_CHANGE = 'train/precise_bn/var_change'
-EMA_VAR_CHANGE = 'train/precise_bn/ema_var_change'
 RUNS_KEY = 'precise_bn_runs'  # in checkpoint['meta']
 
 
@@ -57,6 +58,19 @@ class PreciseBNHook(Hook):
             ``EMAHook`` is registered. Defaults to True.
         progress (bool): Show a progress bar on rank 0 when stdout is a
             terminal. Defaults to True.
+
+    Example:
+        >>> # in a config: custom_hooks = [dict(type='mmstats.PreciseBNHook',
+        >>> #                                   num_samples=4096)]
+        >>> from mmstats.registry import HOOKS
+        >>> hook = HOOKS.build(dict(type='mmstats.PreciseBNHook',
+        ...                         num_samples=4096, interval=2))
+        >>> hook.num_samples, hook.interval, hook.priority
+        (4096, 2, 'ABOVE_NORMAL')
+        >>> bad = dict(type='mmstats.PreciseBNHook', by_epoch=0)  # not False
+        >>> HOOKS.build(bad)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        TypeError: PreciseBNHook: by_epoch must be None ... got 0 of type int
     """
 
     priority = 'ABOVE_NORMAL'
@@ -71,20 +85,13 @@ class PreciseBNHook(Hook):
                  update_ema: bool = True,
                  progress: bool = True) -> None:
         check_args(num_samples, estimator, owner='PreciseBNHook')
-        if not isinstance(interval, int) or isinstance(interval,
-                                                       bool) or interval <= 0:
-            raise ValueError('PreciseBNHook: interval must be a positive int, '
-                             f'got {interval!r}')
-        if by_epoch not in (None, True, False):
-            raise ValueError('PreciseBNHook: by_epoch must be None (follow '
-                             'the train loop), True or False, got '
-                             f'{by_epoch!r}')
+        check_hook_args(
+            interval,
+            by_epoch,
+            at_end=at_end,
+            update_ema=update_ema,
+            progress=progress)
         check_loader_cfg(dataloader)
-        for name, flag in (('at_end', at_end), ('update_ema', update_ema),
-                           ('progress', progress)):
-            if not isinstance(flag, bool):
-                raise TypeError(f'PreciseBNHook: {name} must be a bool, got '
-                                f'{flag!r}')
         self.num_samples = num_samples
         self.interval = interval
         self._by_epoch = by_epoch
@@ -96,6 +103,7 @@ class PreciseBNHook(Hook):
         self.progress = progress
         self._loader: Optional[DataLoader] = None
         self._has_bn = False  # decided per run in before_train
+        self._active = False  # some BN layer to recompute (last check)
         self._num_runs = 0
         self._ema_stale = False
         self._swapped_for_val = False
@@ -107,9 +115,10 @@ class PreciseBNHook(Hook):
         self.by_epoch = self._by_epoch
         if self._by_epoch is None:
             self.by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
-        for key in (VAR_CHANGE, EMA_VAR_CHANGE):  # e.g. from a checkpoint
+        for key in HUB_KEYS:  # e.g. from an old checkpoint
             runner.message_hub.log_scalars.pop(key, None)
         self._pending, self._published = {}, {}
+        self._active = False
         self._has_bn = any(
             isinstance(m, _BatchNorm) for m in runner.model.modules())
         if not self._has_bn:
@@ -120,6 +129,11 @@ class PreciseBNHook(Hook):
                 level=30)
             return
         self._loader = self._build_loader(runner)
+        # the modes training will use: the loop calls model.train() (which
+        # honours norm_eval / frozen stages) after before_train
+        self._active = bool(layers_to_update(self._bare(runner), train=True))
+        if not self._active:
+            log_modes(None)
 
     def after_train_epoch(self, runner) -> None:
         if self.by_epoch and self._due(
@@ -157,9 +171,11 @@ class PreciseBNHook(Hook):
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         self._refresh_ema(runner)
         checkpoint.setdefault('meta', {})[RUNS_KEY] = self._num_runs
+        drop_hub_keys(checkpoint)
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         self._num_runs = int(checkpoint.get('meta', {}).get(RUNS_KEY, 0))
+        drop_hub_keys(checkpoint)  # also from checkpoints of older versions
 
     def before_val_epoch(self, runner) -> None:
         self._refresh_ema(runner)
@@ -189,8 +205,8 @@ class PreciseBNHook(Hook):
         if not logs_train_line(runner, batch_idx, logger.interval,
                                logger.ignore_last):
             return
-        for key, value in self._pending.items():
-            runner.message_hub.update_scalar(key, value)
+        for key, value in self._pending.items():  # once: never resumed
+            runner.message_hub.update_scalar(key, value, resumed=False)
         self._published, self._pending = self._pending, {}
 
     @staticmethod
@@ -248,25 +264,20 @@ class PreciseBNHook(Hook):
             estimator=self.estimator,
             forward_context=self._forward_context(runner, model),
             progress=self.progress)
-        print_log(
-            f'PreciseBN ({what}): updated {summary["num_layers"]} BN layers '
-            f'with {summary["num_samples"]} samples in '
-            f'{summary["seconds"]:.2f}s; running_var moved by '
-            f'{100 * summary["var_change"]:.2f}% (mean relative change)',
-            'current')
-        if self._num_runs == 0:
-            for key, text in (('frozen', 'left alone (eval mode)'),
-                              ('skipped', 'not called in a forward: left '
-                               'alone'), ('unaffected_norms',
-                                          'not BatchNorm: not '
-                                          'affected')):
-                if summary.get(key):
-                    print_log(f'PreciseBN: {text}: {", ".join(summary[key])}',
-                              'current')
+        log_summary(summary, what, first=self._num_runs == 0)
         return summary
 
     def _run(self, runner) -> None:
-        summary = self._recompute(runner, self._bare(runner), 'model')
+        model = self._bare(runner)
+        names = layers_to_update(model)  # the modes of this moment
+        if bool(names) != self._active:  # said once per change
+            self._active = bool(names)
+            log_modes(names)
+        if not names:
+            return
+        summary = self._recompute(runner, model, 'model')
+        if not summary['num_layers']:  # none was called in the forwards
+            return
         self._pending[VAR_CHANGE] = summary['var_change']
         self._num_runs += 1
         self._ema_stale = (
@@ -287,4 +298,5 @@ class PreciseBNHook(Hook):
         finally:
             for m, flag in zip(ema_model.modules(), flags):
                 m.training = flag
-        self._pending[EMA_VAR_CHANGE] = summary['var_change']
+        if summary['num_layers']:
+            self._pending[EMA_VAR_CHANGE] = summary['var_change']

@@ -15,21 +15,16 @@ from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.utils import ProgressBar
 from torch import Tensor, nn
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.nn.modules.instancenorm import _InstanceNorm
 
 from mmstats.dist import get_rank, get_world_size, scaled_all_reduce
 from mmstats.stats import suspend_reporting
 from .batches import forward_batch
 from .estimators import ESTIMATORS
+from .layers import find_layers
 from .recorder import BNRecorder, LayerGroup
 
 __all__ = ['update_bn_stats', 'check_args', 'preserve_rng_state']
 
-_OTHER_NORMS = tuple(
-    norm for norm in (nn.GroupNorm, _InstanceNorm, nn.LayerNorm,
-                      nn.LocalResponseNorm, getattr(nn, 'RMSNorm', None))
-    if norm is not None)
 # BatchNorm refuses a training batch with one value per channel
 _TOO_SMALL = 'Expected more than 1 value per channel'
 
@@ -59,31 +54,9 @@ def check_args(num_samples: Any,
         raise ValueError(f'{owner}: num_samples must be a positive '
                          f'int (samples over all ranks, e.g. 8192), got '
                          f'{num_samples!r}')
-    if estimator not in ESTIMATORS:
+    if not isinstance(estimator, str) or estimator not in ESTIMATORS:
         raise ValueError(f'{owner}: estimator must be one of '
                          f'{tuple(ESTIMATORS)}, got {estimator!r}')
-
-
-def _find_layers(model: nn.Module) -> Tuple[list, list, list, list]:
-    """(participating BN layers with names, frozen names, unaffected names,
-    other norms' running buffers with a copy to restore)."""
-    layers, frozen, unaffected, kept = [], [], [], []
-    for name, module in model.named_modules():
-        if isinstance(module, _BatchNorm):
-            if module.running_mean is None or module.running_var is None:
-                unaffected.append(name)
-            elif module.training:
-                layers.append((name, module))
-            else:
-                frozen.append(name)
-        elif isinstance(module, _OTHER_NORMS):
-            unaffected.append(name)
-            # e.g. InstanceNorm(track_running_stats=True) in training mode
-            kept += [(buf, buf.clone())
-                     for key, buf in module._buffers.items()
-                     if buf is not None and key.startswith(('running_',
-                                                            'num_batches'))]
-    return layers, frozen, unaffected, kept
 
 
 def _run_batches(model: nn.Module, loader: Iterable, recorder: BNRecorder,
@@ -225,16 +198,46 @@ def update_bn_stats(model: nn.Module,
         ``frozen`` (eval mode) and ``unaffected_norms``.
 
     Raises:
-        ValueError: Bad ``num_samples``/``estimator``, or no batch at all on
-            any rank.
+        ValueError: Bad ``num_samples``/``estimator``, an uninitialised lazy
+            BN layer, or no batch at all on any rank.
+        TypeError: ``progress`` is not a bool or ``forward_context`` is not
+            callable.
         RuntimeError: A forward failed on another rank.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from mmstats import update_bn_stats
+        >>> _ = torch.manual_seed(0)
+        >>> model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+        >>> batches = [torch.randn(8, 3, 6, 6) for _ in range(3)]
+        >>> summary = update_bn_stats(model, batches, num_samples=24,
+        ...                           progress=False)
+        >>> summary['updated'], summary['num_samples'], summary['num_batches']
+        (['1'], 24, 3)
+        >>> x = torch.cat([model[0](b) for b in batches]).detach().double()
+        >>> torch.allclose(model[1].running_mean.double(), x.mean((0, 2, 3)),
+        ...                atol=1e-6)
+        True
+        >>> torch.allclose(model[1].running_var.double(),
+        ...                x.var((0, 2, 3), unbiased=False), atol=1e-6)
+        True
     """
     check_args(num_samples, estimator)
+    if type(progress) is not bool:  # types, not truthiness: 0, 1.0, 'no'
+        raise TypeError('update_bn_stats: progress must be True or False, '
+                        f'got {progress!r} of type {type(progress).__name__};'
+                        ' write progress=True or progress=False')
+    if forward_context is not None and not callable(forward_context):
+        raise TypeError('update_bn_stats: forward_context must be None or a '
+                        'callable returning a context manager (e.g. '
+                        '`lambda: torch.autocast("cuda")`), got '
+                        f'{forward_context!r}')
     start_time = time.perf_counter()
     while is_model_wrapper(model) or isinstance(
             model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
         model = model.module  # no collectives in the forwards
-    named, frozen, unaffected, kept = _find_layers(model)
+    named, frozen, unaffected, kept = find_layers(model)
     summary: Dict[str, Any] = dict(
         num_layers=0,
         num_samples=0,

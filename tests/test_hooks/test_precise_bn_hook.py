@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS as ROOT_HOOKS
+from mmengine.registry import MODELS as ROOT_MODELS
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 
 from mmstats.hooks import PreciseBNHook
@@ -16,6 +17,7 @@ from mmstats.registry import HOOKS
 from tests.helpers.dist import run_distributed
 from tests.helpers.record_batches_hook import read_batches
 from tests.helpers.runner import gloo_launch, toy_cfg
+from tests.helpers.toy import ToyBNModel
 
 SUMMARY = dict(
     num_layers=6,
@@ -30,15 +32,29 @@ SUMMARY = dict(
 
 
 # --------------------------------------------------------------- build time
-@pytest.mark.parametrize('kwargs, match', [
-    (dict(num_samples=0), 'num_samples must be a positive int'),
-    (dict(num_samples=10.5), 'num_samples must be a positive int'),
-    (dict(interval=0), 'interval must be a positive int'),
-    (dict(by_epoch='yes'), 'by_epoch must be None'),
-    (dict(estimator='ema'), 'estimator must be one of'),
-    (dict(dataloader='train'), 'dataloader must be None or a'),
-    (dict(at_end=1), 'at_end must be a bool'),
-])
+@pytest.mark.parametrize(
+    'kwargs, match',
+    [
+        (dict(num_samples=0), 'num_samples must be a positive int'),
+        (dict(num_samples=10.5), 'num_samples must be a positive int'),
+        (dict(interval=0), 'interval must be a positive int'),
+        (dict(by_epoch='yes'), 'by_epoch must be None'),
+        # 0 == False and 1.0 == True: types are checked, not equality
+        (dict(by_epoch=0), r'by_epoch must be None .*got 0 of type int'),
+        (dict(by_epoch=1), r'by_epoch must be None .*got 1 of type int'),
+        (dict(by_epoch=1.0), r'by_epoch must be None .*got 1.0 of type float'),
+        (dict(by_epoch=np.bool_(True)), 'by_epoch must be None'),
+        (dict(estimator='ema'), 'estimator must be one of'),
+        (dict(estimator=['population']), 'estimator must be one of'),
+        (dict(dataloader='train'), 'dataloader must be None or a'),
+        (dict(at_end=1),
+         'at_end must be True or False, got 1 .*write at_end='),
+        (dict(at_end=None), 'at_end must be True or False'),
+        (dict(update_ema=0), 'update_ema must be True or False, got 0 '),
+        (dict(progress=1.0), 'progress must be True or False, got 1.0 '),
+        (dict(interval=True), 'interval must be a positive int'),
+        (dict(num_samples=True), 'num_samples must be a positive int'),
+    ])
 def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         HOOKS.build(dict(type='PreciseBNHook', **kwargs))
@@ -510,3 +526,152 @@ def test_two_ranks_end_with_identical_precise_stats(tmp_path):
     assert_precise(buffers['backbone.stem.bn.running_mean'],
                    buffers['backbone.stem.bn.running_var'], train_inputs(cfg),
                    torch.from_numpy(results[0]['weight']))
+
+
+@pytest.mark.parametrize('old_checkpoint', [False, True])
+def test_resume_is_silent_and_var_change_still_logged_once(
+        tmp_path, clean_mmengine, mmengine_checkpoints, old_checkpoint):
+    """Resuming a run that used the hook: no 'resumed key ... is not
+    defined in message_hub' warning (also from a checkpoint written by an
+    older version, whose hub state lists the keys as resumable), and the
+    resumed run's var_change is on its first log line after the run and in
+    scalars.json, once, with the value update_bn_stats returned."""
+    cfg = precise_cfg(tmp_path, max_epochs=2, log_interval=4)
+    Runner.from_cfg(cfg).train()
+    path = osp.join(tmp_path, 'epoch_2.pth')
+    ckpt = torch.load(path, weights_only=False)
+    hub = ckpt['message_hub']
+    assert not any('precise_bn' in k for k in hub['resumed_keys'])
+    assert not any('precise_bn' in k for k in hub['log_scalars'])
+    if old_checkpoint:  # what the previous version wrote
+        for key in ('train/precise_bn/var_change',
+                    'train/precise_bn/ema_var_change'):
+            hub['resumed_keys'][key] = True
+        torch.save(ckpt, path)
+    cfg = precise_cfg(tmp_path, max_epochs=4, log_interval=4)
+    cfg.resume = True
+    runner = Runner.from_cfg(cfg)
+    hook = hooks_of(runner, PreciseBNHook)[0]
+    summaries = []
+    real = hook._recompute
+    hook._recompute = lambda *a: summaries.append(real(*a)) or summaries[-1]
+    runner.train()
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    assert 'resumed epoch: 2' in log
+    assert 'is not defined in message_hub' not in log
+    assert len(summaries) == 2  # epochs 3 and 4
+    expected = [s['var_change'] for s in summaries]
+    records = [r for r in read_scalars(runner) if 'precise_bn/var_change' in r]
+    assert [r['step'] for r in records] == [34, 40]  # 40: scalars.json only
+    np.testing.assert_allclose([r['precise_bn/var_change'] for r in records],
+                               expected)
+    lines = [ln for ln in log.splitlines() if 'precise_bn/var_change' in ln]
+    assert len(lines) == 1 and 'Epoch(train) [4][ 4/10]' in lines[0]
+    assert f'precise_bn/var_change: {expected[0]:.4f}' in lines[0]
+
+
+# ------------------------------------------------- every BN layer frozen
+@ROOT_MODELS.register_module(force=True)
+class NormEvalToyModel(ToyBNModel):
+    """The toy model with mmpretrain/mmdet's ``norm_eval``: ``train()``
+    leaves every BN layer in eval mode while ``norm_eval`` is True."""
+
+    def __init__(self, norm_eval: bool = True, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.norm_eval = norm_eval
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                    m.eval()
+        return self
+
+
+@ROOT_HOOKS.register_module(force=True)
+class UnfreezeBNHook(Hook):
+    """Sets ``norm_eval=False`` before epoch ``at`` (0-based): the loop's
+    ``model.train()`` then puts the BN layers in training mode."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def before_train_epoch(self, runner) -> None:
+        if runner.epoch == self.at:
+            runner.model.norm_eval = False
+
+
+def bn_buffers(model):
+    return {
+        k: v.clone()
+        for k, v in model.state_dict().items()
+        if 'running' in k or 'num_batches' in k
+    }
+
+
+def test_all_bn_frozen_says_so_once_and_publishes_nothing(
+        tmp_path, clean_mmengine):
+    cfg = precise_cfg(tmp_path, max_epochs=3, log_interval=4)
+    cfg.model = dict(type='NormEvalToyModel')
+    runner = Runner.from_cfg(cfg)
+    before = bn_buffers(runner.model)
+    runner.train()
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    assert log.count('every BatchNorm layer stays in eval mode') == 1
+    assert 'nothing to recompute, nothing is published' in log
+    assert 'PreciseBN (model)' not in log  # no 'updated 0 BN layers' line
+    assert 'precise_bn' not in log
+    assert not [r for r in read_scalars(runner) if 'precise_bn/' in str(r)]
+    for key, value in bn_buffers(runner.model).items():
+        assert torch.equal(value, before[key]), key
+    assert hooks_of(runner, PreciseBNHook)[0]._num_runs == 0
+
+
+def test_bn_unfrozen_mid_run_is_recomputed_from_then_on(
+        tmp_path, clean_mmengine):
+    """Frozen in epoch 1, unfrozen from epoch 2: one line saying so, runs
+    after epochs 2 and 3 only, their var_change published as usual."""
+    cfg = precise_cfg(tmp_path, max_epochs=3, log_interval=4)
+    cfg.model = dict(type='NormEvalToyModel')
+    cfg.custom_hooks.append(dict(type='UnfreezeBNHook', at=1))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    assert log.count('every BatchNorm layer stays in eval mode') == 1
+    assert log.count('2 BatchNorm layers are in training mode now') == 1
+    assert log.count('PreciseBN (model): updated 2 BN layers') == 2
+    records = [r for r in read_scalars(runner) if 'precise_bn/var_change' in r]
+    assert [r['step'] for r in records] == [24, 30]
+    assert hooks_of(runner, PreciseBNHook)[0]._num_runs == 2
+    snaps = hooks_of(runner, ValSnapshotHook)[0].snapshots
+    assert len(snaps) == 3
+    assert torch.equal(snaps[0]['mean'], torch.zeros(8))  # frozen: untouched
+    assert torch.equal(snaps[0]['var'], torch.ones(8))
+    for snap in snaps[1:]:
+        assert_precise(snap['mean'], snap['var'], train_inputs(cfg),
+                       snap['weight'])
+
+
+def test_bn_frozen_mid_run_stops_publishing(tmp_path, clean_mmengine):
+    """The other way round: trainable in epoch 1, frozen from epoch 2."""
+
+    cfg = precise_cfg(tmp_path, max_epochs=3, log_interval=4)
+    cfg.model = dict(type='NormEvalToyModel', norm_eval=False)
+    cfg.custom_hooks.append(dict(type='FreezeBNHook', at=1))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    assert 'stays in eval mode' not in log
+    assert log.count('every BatchNorm layer is in eval mode now') == 1
+    assert log.count('PreciseBN (model): updated') == 1
+    records = [r for r in read_scalars(runner) if 'precise_bn/var_change' in r]
+    assert [r['step'] for r in records] == [14]
+
+
+@ROOT_HOOKS.register_module(force=True)
+class FreezeBNHook(UnfreezeBNHook):
+
+    def before_train_epoch(self, runner) -> None:
+        if runner.epoch == self.at:
+            runner.model.norm_eval = True

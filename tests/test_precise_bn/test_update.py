@@ -420,3 +420,74 @@ def test_progress_bar_only_on_a_terminal(capsys, monkeypatch):
     update_bn_stats(model, make_batches((6, ), [4, 4]), 8, progress=True)
     assert '8/8' in capsys.readouterr().out
     assert math.isfinite(model[1].running_var.sum().item())
+
+
+def test_uninitialised_lazy_bn_is_refused_by_name():
+    """A LazyBatchNorm2d before its first forward: a message naming the
+    layer and the fix, nothing changed; after one forward it works."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.LazyBatchNorm2d())
+    batches = make_batches((3, 6, 6), [8, 8])
+    with pytest.raises(ValueError) as info:
+        update_bn_stats(model, batches, 16, progress=False)
+    message = str(info.value)
+    assert "BN layer '1' (LazyBatchNorm2d) is not initialised" in message
+    assert 'run one forward of the model first' in message
+    assert model[1].has_uninitialized_params()  # left alone
+    model(batches[0])  # materialises it
+    captured = bn_inputs(model, batches)
+    summary = update_bn_stats(model, batches, 16, progress=False)
+    assert summary['updated'] == ['1']
+    assert_stats(model, captured, 'population')
+
+
+@pytest.mark.parametrize('bad', [0, 1, 1.0, 'no', None])
+def test_progress_must_be_a_bool(bad):
+    model = make_model('bn2d')
+    snap = snapshot(model)
+    with pytest.raises(
+            TypeError,
+            match=r'progress must be True or False, got .*'
+            r'write progress=True or progress=False'):
+        update_bn_stats(
+            model, make_batches(INPUT_SHAPES['bn2d'], [4]), 4, progress=bad)
+    assert_restored(model, snap)
+
+
+def test_forward_context_must_be_callable():
+    with pytest.raises(TypeError, match='forward_context must be None or a'):
+        update_bn_stats(
+            make_model('bn2d'), [],
+            4,
+            forward_context=nullcontext(),
+            progress=False)
+
+
+def test_layers_to_update_judges_train_mode_and_restores_modes():
+    """``train=True`` asks what ``model.train()`` gives (a norm_eval-style
+    override included) and leaves every module's mode as it was."""
+    from mmstats.precise_bn import layers_to_update
+
+    class NormEval(nn.Sequential):
+
+        def train(self, mode=True):
+            super().train(mode)
+            for m in self.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.eval()
+            return self
+
+    model = NormEval(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4),
+        nn.BatchNorm2d(4, track_running_stats=False))
+    model.eval()
+    assert layers_to_update(model) == []
+    assert layers_to_update(model, train=True) == []
+    assert not any(m.training for m in model.modules())  # restored
+    plain = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4),
+        nn.BatchNorm2d(4, track_running_stats=False))
+    plain.eval()
+    assert layers_to_update(plain, train=True) == ['1']
+    assert not any(m.training for m in plain.modules())
+    plain.train()
+    assert layers_to_update(plain) == ['1']
