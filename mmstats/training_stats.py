@@ -137,8 +137,8 @@ class _MergingCollector(_StatsCollector):
     """A :class:`mmstats.Collector` whose pending values stay one merged
     row per name however long it goes without an update."""
 
-    def _receive(self, names, rows, counts=None) -> None:
-        super()._receive(names, rows, counts)
+    def receive(self, flushed) -> None:
+        super().receive(flushed)
         if len(self._chunks) > 1:
             self._chunks = [self._local_rows()]
 

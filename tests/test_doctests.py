@@ -13,6 +13,7 @@ MODULES = [
     'mmstats.hooks.module_stats_hook',
     'mmstats.hooks.precise_bn_hook',
     'mmstats.hooks.worker_loaders',
+    'mmstats.training_stats',
 ]
 
 
@@ -27,5 +28,6 @@ def test_every_listed_api_has_an_example():
     import mmstats
     from mmstats.hooks.worker_loaders import WorkerBatches
     for obj in (mmstats.report, mmstats.Collector, mmstats.scaled_all_reduce,
+                mmstats.update_bn_stats, mmstats.PreciseBNHook,
                 mmstats.StatsCollectorHook, WorkerBatches):
         assert 'Example:' in obj.__doc__, obj

@@ -491,12 +491,12 @@ def test_import_makes_nothing_live():
     """A fresh interpreter: importing the drop-in creates no collector, so
     report() anywhere keeps nothing."""
     code = ('import mmstats.training_stats as ts\n'
-            'from mmstats.stats.reporting import LIVE_COLLECTORS, STORE\n'
+            'from mmstats.stats.reporting import REPORTER\n'
             'import mmstats\n'
             'mmstats.report("x", 1.0)\n'
-            'assert not LIVE_COLLECTORS, LIVE_COLLECTORS\n'
+            'assert not REPORTER.enabled, REPORTER.live_collectors()\n'
             'assert "default_collector" not in vars(ts)\n'
-            'assert not STORE.numbers, STORE.numbers\n'
+            'assert not REPORTER.store.numbers, REPORTER.store.numbers\n'
             'print("ok")\n')
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run([sys.executable, '-c', code],
@@ -511,8 +511,8 @@ def test_import_makes_nothing_live():
 def _pending_rows():
     """Rows pending in every live collector (values reported but not yet
     published by that collector)."""
-    from mmstats.stats.handoff import live_collectors
-    return sum(rows.shape[0] for c in live_collectors()
+    from mmstats.stats.reporting import REPORTER
+    return sum(rows.shape[0] for c in REPORTER.live_collectors()
                for _, rows in c._chunks)
 
 
