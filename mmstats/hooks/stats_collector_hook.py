@@ -11,7 +11,7 @@ from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
 from mmstats.stats.workers import (deliver_worker_reports,
                                    enable_worker_reporting)
-from .log_rhythm import (find_logger_hook, log_current_value,
+from .log_rhythm import (epoch_ends_after, find_logger_hook, log_current_value,
                          report_iteration_times, slowest_rank,
                          train_publication)
 from .stats_collector_args import check_args, check_log_regex
@@ -273,6 +273,14 @@ class StatsCollectorHook(Hook):
                                               self._logger)
         if publishes:
             self._publish(runner, 'train', logged, step=runner.iter + 1)
+
+    def publishes_after(self, runner, batch_idx: int) -> bool:
+        """Whether the statistics are published after training iteration
+        ``batch_idx`` (the one owner of the rule; ModuleStatsHook asks)."""
+        if self.by_epoch:
+            return epoch_ends_after(runner, batch_idx)
+        return train_publication(runner, batch_idx, self.interval,
+                                 self._logger)[0]
 
     def after_train_epoch(self, runner) -> None:
         if not self.by_epoch:
