@@ -135,7 +135,7 @@ def train(work_dir,
     if model is not None:
         cfg.model = model
     if compile:
-        cfg.compile = True  # inductor
+        cfg.compile = compile  # True: inductor
     if dist:
         gloo_launch(cfg)
     runner = Runner.from_cfg(cfg)
