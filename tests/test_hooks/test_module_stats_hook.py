@@ -289,6 +289,41 @@ def test_norm_index_stays_bounded():
         assert len(norms._index) <= 4
 
 
+def test_layerdrop_index_cache_stays_bounded():
+    """A different set of layers (so of parameters with a gradient) every
+    iteration, published every iteration: exact norms, bounded cache."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(3, 3) for _ in range(5)])
+    runner = _mock_runner(model)
+    runner.hooks[-1].interval = 1  # StatsCollectorHook: every iteration
+    hook = ModuleStatsHook(modules=r'\d', stats=('grad_norm', ))
+    hook.before_train(runner)
+    collector = Collector('modules/.*', keep_previous=False)
+    for batch_idx in range(20):
+        keep = [i for i in range(5) if (batch_idx >> i) & 1 or i == 4]
+        hook.before_train_iter(runner, batch_idx)
+        x = torch.randn(2, 3)
+        for i in keep:
+            x = model[i](x)
+        x.sum().backward()
+        expected = {
+            i: norm([p.grad.double().numpy() for p in model[i].parameters()])
+            for i in keep
+        }
+        runner.optim_wrapper.step()
+        runner.optim_wrapper.zero_grad()
+        hook.after_train_iter(runner, batch_idx)
+        collector.update()
+        for i in range(5):
+            name = f'modules/{i}/grad_norm'
+            got = collector.num(name) if name in collector.names() else 0
+            assert got == (i in keep), (batch_idx, i)
+            if i in keep:
+                assert collector.mean(name) == pytest.approx(
+                    expected[i], rel=1e-12)
+    assert len(hook._steps[0]._norms._index) <= 4
+
+
 def test_norms_of_huge_gradients_are_finite():
     """float64 accumulation: elements near float32's limit (a gradient
     still multiplied by a loss scale of 2**127) give a finite norm."""
