@@ -56,13 +56,28 @@ def test_activation_checkpointing(tmp_path, clean_mmengine, use_reentrant):
     check(scalars(tmp_path), *one_rank(recorder, (3, 6)), (3, 6))
 
 
-def test_amp_overflow_and_huge_loss_scale(tmp_path, clean_mmengine):
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    with patch.object(torch._dynamo.config, 'error_on_recompile', False):
+        yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize('compile', [False, True])
+def test_amp_overflow_and_huge_loss_scale(tmp_path, clean_mmengine,
+                                          fresh_dynamo, compile):
     """bf16 autocast + GradScaler at 2**70 (float32 squares of the scaled
     gradients overflow): the norms are of the unscaled gradients; the steps
     skipped at iterations 2 and 6 (6 publishes) give no grad_norm or
-    update_ratio, do not trip on_nonfinite='raise', and are counted."""
+    update_ratio, do not trip on_nonfinite='raise', and are counted; eager
+    and compile=True (inductor)."""
     recorder = train(
-        tmp_path, amp='CpuAmpOptimWrapper', hooks=[Overflow((2, 6))])
+        tmp_path,
+        amp='CpuAmpOptimWrapper',
+        hooks=[Overflow((2, 6))],
+        compile=compile)
     assert sorted(recorder.steps) == [1, 3, 4, 5]  # 2 and 6 skipped
     published = scalars(tmp_path)
     acts, steps = one_rank(recorder, (3, ))
@@ -71,15 +86,6 @@ def test_amp_overflow_and_huge_loss_scale(tmp_path, clean_mmengine):
     check(published, acts, steps, (3, 6), no_step=(6, ))
     assert published[3]['stats/modules/amp_skipped_steps/mean'] == 1
     assert published[6]['stats/modules/amp_skipped_steps/mean'] == 1
-
-
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    with patch.object(torch._dynamo.config, 'error_on_recompile', False):
-        yield
-    torch._dynamo.reset()
 
 
 def test_compile_exact_and_no_recompile(tmp_path, clean_mmengine,
