@@ -185,6 +185,9 @@ class ModuleStatsHook(Hook):
                     'current',
                     level=30)
                 probe.stats, probe.amp = [], False
+        for probe in [p for p in self._steps if not (p.stats or p.amp)]:
+            probe.remove()  # nothing to take at its steps
+            self._steps.remove(probe)
 
     # -- when ------------------------------------------------------------
     def publishes_after(self, runner, batch_idx: int) -> bool:

@@ -354,5 +354,10 @@ def test_stats_subset():
     assert collector.names() == [
         'modules/0/grad_norm', 'modules/instrument_ms'
     ]
+    hook.after_train(runner)
+    hook = ModuleStatsHook(modules='0', stats=('act', ))
+    hook.before_train(runner)  # no AMP: nothing to take at the steps
+    assert not runner.optim_wrapper.optimizer._optimizer_step_pre_hooks
+    assert len(model[0]._forward_hooks) == 1
     with pytest.raises(ValueError, match='stats must be'):
         ModuleStatsHook(modules='0', stats=('act', 'typo'))
