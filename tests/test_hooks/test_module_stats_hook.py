@@ -1,278 +1,145 @@
 """ModuleStatsHook: every published module statistic against a float64
-recomputation from the raw tensors, in real Runners on 1 and 2 gloo ranks;
-the interval logic, argument errors and AMP unscaling on their own."""
-import json
+recomputation from the raw tensors, in real Runners (eager and
+``compile=True``, 1 and 2 gloo ranks, gradient accumulation, a frozen
+module, activation checkpointing, CPU AMP with overflow steps); the
+schedule, optimizer hooks, argument errors and norms on their own."""
 import os.path as osp
 from unittest.mock import MagicMock, patch
 
 import numpy as np
 import pytest
 import torch
-from mmengine.hooks import Hook, LoggerHook
-from mmengine.model import is_model_wrapper
-from mmengine.optim import OptimWrapper
+from mmengine.hooks import LoggerHook
+from mmengine.optim import OptimWrapper, OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 from torch import nn
+from torch._dynamo.utils import counters
 
 from mmstats import Collector, ModuleStatsHook, StatsCollectorHook
+from mmstats.hooks.module_tensors import SegmentNorms
 from tests.helpers.dist import run_distributed
-from tests.helpers.runner import gloo_launch, toy_cfg
-
-NAMES = ('backbone.stem', 'backbone.layer1', 'head')
-MODULES = r'backbone\.(stem|layer1)|head'
-
-
-class RawRecorder(Hook):
-    """Keep, per iteration, the raw outputs of NAMES, the gradients and
-    weights around each optimizer step, and how many hooks were attached."""
-    priority = 'VERY_HIGH'
-
-    def __init__(self, freeze=None):
-        self.freeze = freeze
-        self.acts, self.steps, self.hooks_seen = {}, {}, {}
-        self.iter = 0
-
-    def before_train(self, runner):
-        model = runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
-        self.modules = {n: m for n, m in model.named_modules() if n in NAMES}
-        if self.freeze:
-            self.modules[self.freeze].requires_grad_(False)
-        for name, module in self.modules.items():
-            module.register_forward_hook(self._forward_hook(name))
-        optim_wrapper = runner.optim_wrapper
-        optimizer, original = optim_wrapper.optimizer, None
-        original = optimizer.step
-
-        def step(*args, **kwargs):
-            grads = {
-                n: [
-                    p.grad.double().cpu().numpy().copy()
-                    for p in m.parameters() if p.grad is not None
-                ]
-                for n, m in self.modules.items()
-            }
-            before = self._weights()
-            original(*args, **kwargs)
-            self.steps[self.iter] = dict(
-                grads=grads,
-                before=before,
-                after=self._weights(),
-                patched='step' in vars(optim_wrapper))
-
-        optimizer.step = step
-
-    def _weights(self):
-        return {
-            n:
-            [p.detach().double().cpu().numpy().copy() for p in m.parameters()]
-            for n, m in self.modules.items()
-        }
-
-    def _forward_hook(self, name):
-
-        def hook(module, args, output):
-            if not module.training:  # the validation after training
-                return
-            self.acts.setdefault(self.iter, {})[name] = (
-                output.detach().double().cpu().numpy().copy())
-            self.hooks_seen.setdefault(self.iter,
-                                       {})[name] = len(module._forward_hooks)
-
-        return hook
-
-    def before_train_iter(self, runner, batch_idx, data_batch=None):
-        self.iter = runner.iter + 1
-
-
-def _norm(arrays):
-    return np.sqrt(sum((a**2).sum() for a in arrays))
-
-
-def _scalars(work_dir):
-    path = [
-        osp.join(work_dir, d, 'vis_data', 'scalars.json')
-        for d in sorted(__import__('os').listdir(work_dir))
-        if osp.isdir(osp.join(work_dir, d, 'vis_data'))
-    ][-1]
-    merged = {}
-    for line in open(path):
-        record = json.loads(line)
-        merged.setdefault(record['step'], {}).update(record)
-    return merged
-
-
-def _train(work_dir,
-           dist=False,
-           freeze=None,
-           accumulative_counts=1,
-           amp=False):
-    cfg = toy_cfg(
-        work_dir,
-        by_epoch=False,
-        max_iters=6,
-        log_interval=3,
-        custom_hooks=[
-            dict(type='mmstats.StatsCollectorHook'),
-            dict(type='mmstats.ModuleStatsHook', modules=MODULES)
-        ])
-    cfg.optim_wrapper.accumulative_counts = accumulative_counts
-    if amp:
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-    if dist:
-        gloo_launch(cfg)
-    runner = Runner.from_cfg(cfg)
-    recorder = RawRecorder(freeze)
-    runner.register_hook(recorder)
-    runner.train()
-    return recorder
-
-
-def _check(scalars, acts, steps, publications, frozen=None):
-    """``acts``: {iter: {name: [arrays of all ranks]}}, ``steps``:
-    {publication: {name: (grads, before, after) per rank}}."""
-    for it in publications:
-        record = scalars[it]
-        for name in NAMES:
-            values = np.concatenate([a.ravel() for a in acts[it][name]])
-            key = f'stats/modules/{name}/act'
-            for stat, ref in (('mean', values.mean()), ('std', values.std()),
-                              ('min', values.min()), ('max', values.max())):
-                np.testing.assert_allclose(
-                    record[f'{key}/{stat}'],
-                    ref,
-                    rtol=1e-5,
-                    atol=1e-7,
-                    err_msg=f'{it} {name} {stat}')
-            per_rank = steps[it][name]
-            weight = [_norm(after) for _, _, after in per_rank]
-            np.testing.assert_allclose(
-                record[f'stats/modules/{name}/weight_norm/mean'],
-                np.mean(weight),
-                rtol=1e-6)
-            if name == frozen:
-                assert f'stats/modules/{name}/grad_norm/mean' not in record
-                assert f'stats/modules/{name}/update_ratio/mean' not in record
-                continue
-            grad = [_norm(g) for g, _, _ in per_rank]
-            ratio = [
-                _norm([a - b for a, b in zip(after, before)]) / _norm(before)
-                for _, before, after in per_rank
-            ]
-            for stat, ref in (('mean', np.mean(grad)), ('max', max(grad))):
-                np.testing.assert_allclose(
-                    record[f'stats/modules/{name}/grad_norm/{stat}'],
-                    ref,
-                    rtol=1e-6)
-            np.testing.assert_allclose(
-                record[f'stats/modules/{name}/update_ratio/mean'],
-                np.mean(ratio),
-                rtol=1e-6)
-            assert ratio[0] > 0
-        assert record['stats/modules/instrument_ms/mean'] > 0
-
-
-def _step_record(recorder, step_iter):
-    s = recorder.steps[step_iter]
-    return {n: (s['grads'][n], s['before'][n], s['after'][n]) for n in NAMES}
-
-
-def _hooks_only_when_published(recorder, publications):
-    for it, seen in recorder.hooks_seen.items():
-        expected = 2 if it in publications else 1  # ours + the recorder's
-        assert set(seen.values()) == {expected}, (it, seen)
+from tests.helpers.module_stats import (MODULES, NAMES, CountGraphs, Overflow,
+                                        check, norm, one_rank, scalars,
+                                        step_record, train)
+from tests.helpers.runner import clear_mmengine_singletons, toy_cfg
 
 
 def test_real_runner_exact(tmp_path, clean_mmengine):
-    recorder = _train(tmp_path)
-    scalars = _scalars(tmp_path)
-    assert sorted(s for s, r in scalars.items()
-                  if 'stats/modules/head/act/mean' in r) == [3, 6]
-    acts = {
-        it: {
-            n: [a]
-            for n, a in recorder.acts[it].items()
-        }
-        for it in (3, 6)
-    }
-    steps = {
-        it: {
-            n: [v]
-            for n, v in _step_record(recorder, it).items()
-        }
-        for it in (3, 6)
-    }
-    _check(scalars, acts, steps, (3, 6))
-    _hooks_only_when_published(recorder, (3, 6))
-    assert [it for it, s in recorder.steps.items() if s['patched']] == [3, 6]
-
-
-@pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="mmengine's AmpOptimWrapper needs CUDA")
-def test_real_runner_amp(tmp_path, clean_mmengine):
-    """The recorder sees the gradients inside GradScaler.step (unscaled):
-    the published norms must be the unscaled ones."""
-    recorder = _train(tmp_path, amp=True)
-    scalars = _scalars(tmp_path)
-    acts = {
-        it: {
-            n: [a]
-            for n, a in recorder.acts[it].items()
-        }
-        for it in (3, 6)
-    }
-    steps = {
-        it: {
-            n: [v]
-            for n, v in _step_record(recorder, it).items()
-        }
-        for it in (3, 6)
-    }
-    _check(scalars, acts, steps, (3, 6))
+    recorder = train(tmp_path)
+    check(scalars(tmp_path), *one_rank(recorder, (3, 6)), (3, 6))
+    assert sorted(recorder.steps) == [1, 2, 3, 4, 5, 6]
 
 
 def test_frozen_module_and_accumulation(tmp_path, clean_mmengine):
     """Steps at iterations 2, 4, 6; publications at 3 and 6 show the
     gradients of the steps at 2 and 6. The frozen stem has no grads."""
-    recorder = _train(tmp_path, freeze='backbone.stem', accumulative_counts=2)
+    recorder = train(tmp_path, freeze='backbone.stem', accumulative_counts=2)
     assert sorted(recorder.steps) == [2, 4, 6]
-    assert [it for it, s in recorder.steps.items() if s['patched']] == [2, 6]
-    scalars = _scalars(tmp_path)
-    acts = {
-        it: {
-            n: [a]
-            for n, a in recorder.acts[it].items()
-        }
-        for it in (3, 6)
-    }
-    steps = {
-        3: {
-            n: [v]
-            for n, v in _step_record(recorder, 2).items()
-        },
-        6: {
-            n: [v]
-            for n, v in _step_record(recorder, 6).items()
-        }
-    }
-    _check(scalars, acts, steps, (3, 6), frozen='backbone.stem')
-    _hooks_only_when_published(recorder, (3, 6))
+    check(
+        scalars(tmp_path),
+        *one_rank(recorder, (3, 6), step_of={
+            3: 2,
+            6: 6
+        }), (3, 6),
+        frozen='backbone.stem')
+
+
+@pytest.mark.parametrize('use_reentrant', [False, True])
+def test_activation_checkpointing(tmp_path, clean_mmengine, use_reentrant):
+    """The recomputation in backward fires layer1's forward hooks again:
+    its outputs still count once."""
+    recorder = train(
+        tmp_path,
+        model=dict(type='CheckpointedToy', use_reentrant=use_reentrant))
+    assert {(it, 'backbone.layer1.0') for it in range(1, 7)} <= \
+        recorder.recomputed
+    check(scalars(tmp_path), *one_rank(recorder, (3, 6)), (3, 6))
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    with patch.object(torch._dynamo.config, 'error_on_recompile', False):
+        yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize('compile', [False, True])
+def test_amp_overflow_and_huge_loss_scale(tmp_path, clean_mmengine,
+                                          fresh_dynamo, compile):
+    """bf16 autocast + GradScaler at 2**70 (float32 squares of the scaled
+    gradients overflow): the norms are of the unscaled gradients; the steps
+    skipped at iterations 2 and 6 (6 publishes) give no grad_norm or
+    update_ratio, do not trip on_nonfinite='raise', and are counted; eager
+    and compile=True (inductor)."""
+    recorder = train(
+        tmp_path,
+        amp='CpuAmpOptimWrapper',
+        hooks=[Overflow((2, 6))],
+        compile=compile)
+    assert sorted(recorder.steps) == [1, 3, 4, 5]  # 2 and 6 skipped
+    published = scalars(tmp_path)
+    acts, steps = one_rank(recorder, (3, ))
+    steps[6] = {n: [v] for n, v in step_record(recorder, 5).items()}
+    acts[6] = {n: [a] for n, a in recorder.acts[6].items()}
+    check(published, acts, steps, (3, 6), no_step=(6, ))
+    assert published[3]['stats/modules/amp_skipped_steps/mean'] == 1
+    assert published[6]['stats/modules/amp_skipped_steps/mean'] == 1
+
+
+def test_compile_exact_and_no_recompile(tmp_path, clean_mmengine,
+                                        fresh_dynamo):
+    """mmengine's compile=True (inductor): every instrumented iteration
+    exact, and no graph compiled after the warm-up (the optimizer's first
+    step, iteration 2) although the hooks are armed at 3 and 6."""
+    graphs = CountGraphs(warmup=2)
+    recorder = train(tmp_path, compile=True, hooks=[graphs])
+    check(scalars(tmp_path), *one_rank(recorder, (3, 6)), (3, 6))
+    assert graphs.graphs[6] == graphs.graphs[2] > 0
+
+
+def _graphs_after(work_dir, modules):
+    torch._dynamo.reset()
+    counters.clear()
+    hooks = [dict(type='mmstats.StatsCollectorHook')]
+    if modules:
+        hooks.append(dict(type='mmstats.ModuleStatsHook', modules=modules))
+    cfg = toy_cfg(
+        work_dir,
+        by_epoch=False,
+        max_iters=6,
+        log_interval=3,
+        compile=dict(backend='eager'),
+        custom_hooks=hooks)
+    Runner.from_cfg(cfg).train()
+    return counters['stats']['unique_graphs'], sum(
+        counters['graph_break'].values())
+
+
+def test_compile_adds_no_graph(tmp_path, clean_mmengine, fresh_dynamo):
+    """The same run with and without ModuleStatsHook compiles as many
+    graphs (dynamo only; backend='eager'): its forward hooks are one
+    custom op each in the user's graph, its step hooks run eagerly."""
+    without = _graphs_after(tmp_path / 'a', None)
+    clear_mmengine_singletons()
+    with_hook = _graphs_after(tmp_path / 'b', MODULES)
+    assert with_hook[0] == without[0]
+    assert with_hook[1] <= without[1]
 
 
 def _dist_worker(rank, world_size, work_dir):
-    recorder = _train(osp.join(work_dir, str(rank)), dist=True)
+    recorder = train(osp.join(work_dir, str(rank)), dist=True)
     return dict(
         acts={it: recorder.acts[it]
               for it in (3, 6)},
-        steps={it: _step_record(recorder, it)
-               for it in (3, 6)},
-        seen=recorder.hooks_seen)
+        steps={it: step_record(recorder, it)
+               for it in (3, 6)})
 
 
 def test_two_gloo_ranks(tmp_path):
     results = run_distributed(_dist_worker, 2, str(tmp_path))
-    scalars = _scalars(osp.join(tmp_path, '0'))
+    published = scalars(osp.join(tmp_path, '0'))
     acts = {
         it: {
             n: [r['acts'][it][n] for r in results]
@@ -287,7 +154,7 @@ def test_two_gloo_ranks(tmp_path):
         }
         for it in (3, 6)
     }
-    _check(scalars, acts, steps, (3, 6))
+    check(published, acts, steps, (3, 6))
     # DDP reduced the gradients: both ranks saw the same ones
     for name in NAMES:
         for a, b in zip(steps[3][name][0][0], steps[3][name][1][0]):
@@ -336,20 +203,70 @@ def test_publication_iterations_follow_the_logger():
             if hook.publishes_after(runner, i)] == [3, 7, 11]
 
 
-def test_attached_only_on_instrumented_iterations():
+def test_hooks_registered_once_and_armed_only_when_published():
+    """Forward and step hooks exist from before_train (before a compile
+    would trace them) to after_train, and report only on the iterations
+    that publish."""
     model = _toy()
     runner = _mock_runner(model)
+    optimizer = runner.optim_wrapper.optimizer
     hook = ModuleStatsHook(modules=r'0|2')
+    assert not model[0]._forward_hooks  # nothing live before a run
     hook.before_train(runner)
     assert sorted(hook.targets) == ['0', '2']
+    collector = Collector('modules/.*', keep_previous=False)
+    published = []
     for batch_idx in range(23):
+        assert len(model[0]._forward_hooks) == len(model[2]._forward_hooks)
+        assert len(model[0]._forward_hooks) == 1
+        assert len(optimizer._optimizer_step_pre_hooks) == 1
         hook.before_train_iter(runner, batch_idx)
-        published = batch_idx in (9, 19, 22)
-        assert bool(model[0]._forward_hooks) == published
-        assert ('step' in vars(runner.optim_wrapper)) == published
+        runner.optim_wrapper.update_params(model(torch.randn(4, 3)).sum())
         hook.after_train_iter(runner, batch_idx)
-        assert not model[0]._forward_hooks and not model[2]._forward_hooks
-        assert 'step' not in vars(runner.optim_wrapper)
+        collector.update()
+        if 'modules/0/act' in collector.names() and collector.num(
+                'modules/0/act'):
+            assert collector.num('modules/0/act') == 16
+            assert collector.num('modules/2/grad_norm') == 1
+            published.append(batch_idx)
+    assert published == [9, 19, 22]
+    hook.after_train(runner)
+    assert not model[0]._forward_hooks and not model[2]._forward_hooks
+    assert not optimizer._optimizer_step_pre_hooks
+    assert not optimizer._optimizer_step_post_hooks
+
+
+def test_optim_wrapper_dict_one_pair_of_hooks_per_optimizer():
+    """OptimWrapperDict (GAN-style): each optimizer reports the modules
+    whose parameters it owns, at its own step, exactly."""
+    torch.manual_seed(0)
+    model = _toy()
+    runner = _mock_runner(model)
+    runner.optim_wrapper = OptimWrapperDict(
+        first=OptimWrapper(torch.optim.SGD(model[0].parameters(), lr=0.1)),
+        last=OptimWrapper(torch.optim.SGD(model[2].parameters(), lr=0.1)))
+    hook = ModuleStatsHook(modules=r'0|2', stats=('grad_norm', ))
+    hook.before_train(runner)
+    assert [
+        len(w.optimizer._optimizer_step_pre_hooks)
+        for w in runner.optim_wrapper.values()
+    ] == [1, 1]
+    collector = Collector('modules/.*', keep_previous=False)
+    hook.before_train_iter(runner, 9)
+    loss = model(torch.randn(4, 3)).square().sum()
+    loss.backward()
+    expected = {
+        i: norm([p.grad.double().numpy() for p in model[i].parameters()])
+        for i in (0, 2)
+    }
+    runner.optim_wrapper['first'].step()
+    runner.optim_wrapper['last'].step()
+    hook.after_train_iter(runner, 9)
+    collector.update()
+    for i in (0, 2):
+        assert collector.num(f'modules/{i}/grad_norm') == 1
+        assert collector.mean(f'modules/{i}/grad_norm') == pytest.approx(
+            expected[i], rel=1e-12)
 
 
 def test_bad_modules_fail_early():
@@ -362,35 +279,64 @@ def test_bad_modules_fail_early():
         hook.before_train(_mock_runner(_toy()))
 
 
-def test_amp_gradients_are_unscaled():
-    """AmpOptimWrapper (CUDA-only in mmengine; built here with a CPU
-    GradScaler): the reported norm is that of the unscaled gradients."""
-    from mmengine.optim import AmpOptimWrapper
+def test_norm_index_stays_bounded():
+    """LayerDrop/MoE: the set of parameters with a gradient changes every
+    iteration; the cached index tensors do not grow with it."""
+    norms = SegmentNorms(3, max_layouts=4)
+    tensors = [torch.full((2, ), float(i)) for i in range(6)]
+    for step in range(50):
+        keep = [i for i in range(6) if (step >> (i % 5)) & 1 or i == 5]
+        result = norms([tensors[i] for i in keep], [i % 3 for i in keep])
+        expected = [
+            np.sqrt(sum(2 * float(i)**2 for i in keep if i % 3 == s))
+            for s in range(3)
+        ]
+        np.testing.assert_allclose(result.numpy(), expected, rtol=1e-12)
+        assert len(norms._index) <= 4
+
+
+def test_layerdrop_index_cache_stays_bounded():
+    """A different set of layers (so of parameters with a gradient) every
+    iteration, published every iteration: exact norms, bounded cache."""
     torch.manual_seed(0)
-    model = _toy()
-    x = torch.randn(5, 3)
-    reference = _toy()
-    reference.load_state_dict(model.state_dict())
-    reference(x).square().sum().backward()
-    expected = _norm(
-        [p.grad.double().numpy() for p in reference[0].parameters()])
-    with patch(
-            'mmengine.optim.optimizer.amp_optimizer_wrapper.'
-            'is_cuda_available',
-            return_value=True):
-        wrapper = AmpOptimWrapper(
-            optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
-    wrapper.loss_scaler = torch.amp.GradScaler('cpu', init_scale=1024.)
-    collector = Collector('modules/.*')
-    hook = ModuleStatsHook(modules='0')
-    hook.targets = {'0': model[0]}
-    hook._patch_step(wrapper)
-    wrapper.update_params(model(x).square().sum())
-    hook.remove()
-    collector.update()
-    assert collector.mean('modules/0/grad_norm') == pytest.approx(
-        expected, rel=1e-5)
-    assert collector.mean('modules/0/update_ratio') > 0
+    model = nn.Sequential(*[nn.Linear(3, 3) for _ in range(5)])
+    runner = _mock_runner(model)
+    runner.hooks[-1].interval = 1  # StatsCollectorHook: every iteration
+    hook = ModuleStatsHook(modules=r'\d', stats=('grad_norm', ))
+    hook.before_train(runner)
+    collector = Collector('modules/.*', keep_previous=False)
+    for batch_idx in range(20):
+        keep = [i for i in range(5) if (batch_idx >> i) & 1 or i == 4]
+        hook.before_train_iter(runner, batch_idx)
+        x = torch.randn(2, 3)
+        for i in keep:
+            x = model[i](x)
+        x.sum().backward()
+        expected = {
+            i: norm([p.grad.double().numpy() for p in model[i].parameters()])
+            for i in keep
+        }
+        runner.optim_wrapper.step()
+        runner.optim_wrapper.zero_grad()
+        hook.after_train_iter(runner, batch_idx)
+        collector.update()
+        for i in range(5):
+            name = f'modules/{i}/grad_norm'
+            got = collector.num(name) if name in collector.names() else 0
+            assert got == (i in keep), (batch_idx, i)
+            if i in keep:
+                assert collector.mean(name) == pytest.approx(
+                    expected[i], rel=1e-12)
+    assert len(hook._steps[0]._norms._index) <= 4
+
+
+def test_norms_of_huge_gradients_are_finite():
+    """float64 accumulation: elements near float32's limit (a gradient
+    still multiplied by a loss scale of 2**127) give a finite norm."""
+    big = torch.full((1000, ), 2.**127)
+    result = SegmentNorms(1)([big, big], [0, 0])
+    assert torch.isfinite(result).all()
+    assert result.item() == pytest.approx(2.**127 * np.sqrt(2000), rel=1e-12)
 
 
 def test_stats_subset():
@@ -401,12 +347,17 @@ def test_stats_subset():
     hook.before_train(runner)
     collector = Collector('modules/.*')
     hook.before_train_iter(runner, 9)
-    assert not model[0]._forward_hooks
+    assert not model[0]._forward_hooks and hook._acts is None
     runner.optim_wrapper.update_params(model(torch.randn(4, 3)).sum())
     hook.after_train_iter(runner, 9)
     collector.update()
     assert collector.names() == [
         'modules/0/grad_norm', 'modules/instrument_ms'
     ]
+    hook.after_train(runner)
+    hook = ModuleStatsHook(modules='0', stats=('act', ))
+    hook.before_train(runner)  # no AMP: nothing to take at the steps
+    assert not runner.optim_wrapper.optimizer._optimizer_step_pre_hooks
+    assert len(model[0]._forward_hooks) == 1
     with pytest.raises(ValueError, match='stats must be'):
         ModuleStatsHook(modules='0', stats=('act', 'typo'))
