@@ -15,8 +15,6 @@ import os
 import warnings
 from typing import Any, Callable, Optional
 
-import numpy as np
-import torch
 from torch.utils.data import DataLoader, get_worker_info
 
 from . import reporting
@@ -26,7 +24,6 @@ from .pending_sketches import SKETCHES
 __all__ = ['enable_worker_reporting', 'deliver_worker_reports']
 
 _WORKER_KEY = 'dataloader-worker'
-_F64 = torch.float64
 _ATTR = 'mmstats_reports'
 
 
@@ -76,7 +73,7 @@ class WorkerReportingCollate:
         names, rows, counts = reporting.STORE.flush_with_sketches()
         if not names:
             return batch
-        payload = (names, rows, _sparse(counts))
+        payload = (names, rows, counts)
         if isinstance(batch, dict) and type(batch) in (dict, ReportedDict):
             batch = ReportedDict(batch)
         elif isinstance(batch, list) and type(batch) in (list, ReportedList):
@@ -86,15 +83,6 @@ class WorkerReportingCollate:
             return batch
         setattr(batch, _ATTR, payload)
         return batch
-
-
-def _sparse(counts: Optional[np.ndarray]) -> Optional[tuple]:
-    """Sketch counts ``(names, buckets)`` as ``(name index, bucket, count)``
-    arrays: a batch fills few of the ~4k buckets per name."""
-    if counts is None:
-        return None
-    rows, cols = np.nonzero(counts)
-    return rows, cols, counts[rows, cols]
 
 
 def _add_reports(payload: tuple, prefix: str) -> None:
@@ -109,12 +97,9 @@ def _add_reports(payload: tuple, prefix: str) -> None:
                 store.add_row(prefix + name, row.clone())
     if sparse is None or not SKETCHES.enabled:
         return
-    name_index, buckets, counts = sparse
-    dense = torch.zeros(len(names), SKETCHES.buckets.size, dtype=_F64)
-    dense[torch.from_numpy(name_index),
-          torch.from_numpy(buckets)] = torch.from_numpy(counts)
-    for i in np.unique(name_index).tolist():
-        SKETCHES.add_counts(prefix + names[i], dense[i])
+    for name, sketch in zip(names, sparse):  # host sketches: sparse
+        if sketch.codes.size:
+            SKETCHES.add_counts(prefix + name, sketch)
 
 
 def deliver_worker_reports(data_batch: Any) -> None:
