@@ -119,10 +119,11 @@ class Sketch:
 class DeviceWindow:
     """Counts of values on their device, per sign relative to an anchor.
 
-    ``counts`` is ``(2 W + 4, )`` float64: ``[positive (W + 1) | negative
-    (W + 1) | zero | non-finite]``; slot ``j < W`` of a sign holds key
-    ``anchors[sign] - j``, slot ``W`` the collapsed magnitudes.
-    ``anchors`` is ``(2, )`` float64: the largest key of each sign.
+    ``counts`` is ``(2 W + 4, )`` float64 in value order: ``[negative
+    (W + 1) | zero | positive (W + 1) | non-finite]``; the ``j``-th slot
+    from zero of a sign holds key ``anchor - j`` (``j < W``) or the
+    collapsed magnitudes (``j = W``). ``anchors`` is ``(2, )`` float64: the
+    largest key of the positive and of the negative values.
     """
     __slots__ = ('anchors', 'counts')
 
@@ -210,27 +211,30 @@ class LogBuckets:
         """Counts of ``values`` on their device, without a host sync (None
         for no values).
 
-        Elementwise ops, two max reductions and a fixed-size histogram:
+        Elementwise float64 ops (no boolean masks: slow on CPU), one
+        ``aminmax`` for the anchors and a fixed-size histogram:
         ``torch.histc`` on CUDA, ``index_add_`` on CPU and under
-        ``torch.use_deterministic_algorithms``. Keys in float64.
+        ``torch.use_deterministic_algorithms``.
         """
         x = values.detach().reshape(-1).to(_F64)
         if x.numel() == 0:
             return None
-        width = self.max_buckets
+        width, center = self.max_buckets, self.max_buckets + 1
         key = x.abs().log_().mul_(self.multiplier).ceil_()
-        finite = x.isfinite()
-        pos, neg = (x > 0) & finite, (x < 0) & finite
-        minus_inf = torch.tensor(-math.inf, dtype=_F64, device=x.device)
-        anchors = torch.stack([
-            torch.where(pos, key, minus_inf).amax(),
-            torch.where(neg, key, minus_inf).amax()
-        ]).clamp_(min=self.min_key)
-        slot = torch.where(pos, anchors[0] - key, anchors[1] - key)
-        slot = slot.clamp_(max=width) + neg * (width + 1.)
-        index = torch.where(
-            pos | neg, slot, torch.where(x == 0, 2. * width + 2,
-                                         2. * width + 3))
+        # anchors: keys of the largest finite magnitude of each sign
+        low, high = torch.aminmax(x.nan_to_num(0., 0., 0.))
+        extremes = torch.stack([high, -low])
+        anchors = torch.where(extremes > 0,
+                              extremes.log().mul_(self.multiplier).ceil_(),
+                              torch.full_like(extremes, self.min_key))
+        half = (anchors[0] - anchors[1]) / 2  # exact: integers < 2^53
+        sign = x.sign()
+        # slot = center + sign (1 + min(anchor of the sign - key, W));
+        # zero: sign 0; NaN / inf: x * 0 is NaN -> the spare last slot
+        offset = sign.mul(half).add_(anchors.mean()).sub_(key).clamp_(
+            max=width).add_(1.)
+        index = torch.addcmul(x * 0. + center, sign,
+                              offset).nan_to_num_(2. * width + 3)
         size = 2 * width + 4
         if x.is_cuda and not torch.are_deterministic_algorithms_enabled():
             # per-block shared-memory histogram: index_add_'s global atomics
@@ -248,28 +252,27 @@ class LogBuckets:
         anchors = torch.maximum(a.anchors, b.anchors)
         out = torch.zeros_like(a.counts)
         ramp = torch.arange(width + 1, dtype=_F64, device=out.device)
+        fixed = torch.tensor([width + 1., 2 * width + 3], device=out.device)
         for w in (a, b):
             shift = anchors - w.anchors
             index = torch.cat([
-                (ramp + shift[0]).clamp_(max=width),
-                (ramp + shift[1]).clamp_(max=width) + (width + 1),
-                ramp[:2] + (2 * width + 2)
+                width - (ramp.flip(0) + shift[1]).clamp_(max=width), fixed[:1],
+                (ramp + shift[0]).clamp_(max=width) + (width + 2), fixed[1:]
             ])
             out.index_add_(0, index.long(), w.counts)
         return DeviceWindow(anchors, out)
 
     def window_sketch(self, window: DeviceWindow) -> Sketch:
         """The host :class:`Sketch` of a window (one copy to the host)."""
-        width = self.max_buckets
+        width, center = self.max_buckets, self.max_buckets + 1
         counts = window.counts.cpu().numpy()[:-1]  # non-finite dropped
         anchors = window.anchors.cpu().numpy().astype(np.int64)
         slots = np.flatnonzero(counts)
-        j = slots % (width + 1)
-        sign = np.where(slots < width + 1, 1, -1)
+        sign = np.sign(slots - center)
+        j = np.abs(slots - center) - 1  # keys below the anchor of the sign
         mags = anchors[(sign < 0).astype(np.int64)] - j - (
             self.min_key - FIRST)
         codes = sign * np.where(j == width, COLLAPSED, mags)
-        codes[slots == 2 * width + 2] = ZERO
         return Sketch.merged(codes, counts[slots], width)
 
     def group_bucket_counts(self, x: np.ndarray, seg: np.ndarray,
@@ -369,8 +372,8 @@ def clamped_quantiles(sketch: Sketch,
         warnings.warn(
             f'quantile sketch{f" of {sketch.name!r}" if sketch.name else ""}'
             f': q={np.atleast_1d(qs)[np.atleast_1d(lost)].tolist()} fall '
-            f'among the {sketch.collapsed:.0f} values whose magnitudes were '
-            'collapsed (more than max_buckets buckets below the largest '
-            'magnitude of their sign, or beyond the per-update budget): NaN'
-            ' is published instead (see docs/quantiles.md)')
+            'among values whose magnitudes were collapsed (more than '
+            'max_buckets buckets below the largest magnitude of their sign,'
+            ' or beyond the per-update budget max_total): NaN instead (see '
+            'docs/quantiles.md)')
     return out
