@@ -252,7 +252,9 @@ class LogBuckets:
         anchors = torch.maximum(a.anchors, b.anchors)
         out = torch.zeros_like(a.counts)
         ramp = torch.arange(width + 1, dtype=_F64, device=out.device)
-        fixed = torch.tensor([width + 1., 2 * width + 3], device=out.device)
+        fixed = torch.tensor([width + 1., 2 * width + 3],
+                             dtype=_F64,
+                             device=out.device)
         for w in (a, b):
             shift = anchors - w.anchors
             index = torch.cat([

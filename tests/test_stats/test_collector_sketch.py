@@ -200,3 +200,17 @@ def test_payload_of_1000_loss_names():
     extra = (sum(sketch_fns.sizes) - sum(plain_fns.sizes)) * 8
     assert extra == 26182 * 8 < 250_000
     assert sketched.quantile('loss0000', 0) == sketched.min('loss0000')
+
+
+def test_eviction_keeps_sketches_aligned():
+    """A name evicted by an update: the summed block is unpacked for the
+    table it was built for, the kept names get their own counts."""
+    collector = Collector(sketch=True, evict_after=1)
+    report('a', [1., 2.])
+    report('b', [100., 200., 300.])
+    collector.update()
+    report('b', [5., 6., 7.])
+    collector.update()  # 'a' got nothing: evicted by this update
+    assert collector.names() == ['b']
+    got = collector.quantile('b', [0., 0.5, 1.])
+    assert got[0] == 5. and got[2] == 7. and abs(got[1] - 6.) <= 0.06
