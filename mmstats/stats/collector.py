@@ -2,7 +2,6 @@
 """Collector: exact statistics over all ranks of what :func:`report` got."""
 import math
 import re
-from functools import partial
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Tuple, Union
 
 import numpy as np
@@ -12,7 +11,8 @@ from .collectives import ReduceFns
 from .moments import M2, MAX, MEAN, MIN, NONFINITE, N, empty_rows, merge_rows
 from .protocol import NameTable, RankFailure
 from .reporting import REPORTER, Flush
-from .sketch import clamped_quantiles, counts_in_order
+from .sketch import clamped_quantiles
+from .sketch_sum import SketchSum
 
 __all__ = ['Collector', 'STAT_NAMES']
 
@@ -75,9 +75,10 @@ class Collector:
         reduce_fns (ReduceFns, optional): The collectives (tests inject
             fakes). Defaults to None: ``torch.distributed`` on ``group``.
         sketch (bool): Also keep a mergeable quantile sketch per name, for
-            :meth:`quantile` (within 1% relative of a true value; 33 KB per
-            name published plus 33 KB per name pending; merged in the same
-            collective as the moments). See ``docs/quantiles.md``.
+            :meth:`quantile` (within 1% relative of a true value, any
+            float64 magnitude; sparse: memory per name grows with the
+            buckets seen; merged in the same collective as the moments).
+            See ``docs/quantiles.md``.
             Defaults to False.
 
     Example:
@@ -195,10 +196,9 @@ class Collector:
         except Exception as e:  # every rank must still take part
             failure = e
         names, local = self._local_rows()
-        extra = partial(counts_in_order,
-                        self._counts) if self._sketch else None
+        extra = SketchSum(self._counts) if self._sketch else None
         try:
-            table, rows, counts = self._table.sync_with(
+            table, rows, summed = self._table.sync_with(
                 names, local.numpy(), self._fns, failure is not None, extra)
         except RankFailure as e:
             if names:  # nothing pending is lost: publish it next time
@@ -207,7 +207,8 @@ class Collector:
                 f'{e}; no statistics were published, the values '
                 'pending on the other ranks are kept') from failure
         self._counts = {}
-        self._publish(table, rows, counts)
+        self._publish(table, rows,
+                      None if extra is None else extra.unpack(summed, table))
 
     def _publish(self,
                  table: List[str],

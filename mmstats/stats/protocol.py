@@ -222,18 +222,20 @@ class NameTable:
         rows: np.ndarray,
         fns: ReduceFns,
         failed: bool = False,
-        extra: Optional[Callable[[List[str]], np.ndarray]] = None
+        extra: Optional[Callable[..., np.ndarray]] = None
     ) -> Tuple[List[str], np.ndarray, Optional[np.ndarray]]:
-        """:meth:`sync`, plus a per-name block summed in the same SUM.
+        """:meth:`sync`, plus a block summed in the same SUM.
 
         Args:
-            extra (Callable, optional): Called with the agreed table, returns
-                this rank's ``(len(table), k)`` float64 block (the same ``k``
-                on every rank). Defaults to None.
+            extra (Callable, optional): Called with the agreed table and its
+                global finite minima and maxima (``extra(table, low,
+                high)``), returns this rank's float64 block (of the same
+                shape on every rank). Defaults to None.
 
         Returns:
-            tuple: The names, their rows and their summed ``extra`` rows
-            (None without ``extra``).
+            tuple: The names, their rows and the summed ``extra`` block, for
+            the table ``extra`` was called with (names evicted by this
+            update are in it; None without ``extra``).
         """
         has_new = any(name not in self._index for name in names)
         header = np.array([fns.rank + 1. if failed else 0., float(has_new)])
@@ -246,7 +248,7 @@ class NameTable:
             local, low, high = self._admit(names, rows, fns)
         if not self.names:
             return [], np.zeros((0, ROW_WIDTH)), None
-        block = None if extra is None else extra(self.names)
+        block = None if extra is None else extra(self.names, low, high)
         merged, summed = reduce_moments(local, low, high, fns, block)
         return self._evict(merged, summed)
 
@@ -260,5 +262,4 @@ class NameTable:
             return self.names, merged, summed
         self._set_names([n for n, k in zip(self.names, keep.tolist()) if k],
                         self._idle[keep])
-        return (self.names, merged[keep],
-                None if summed is None else summed[keep])
+        return self.names, merged[keep], summed

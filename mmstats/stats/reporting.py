@@ -32,7 +32,6 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
-import numpy as np
 import torch
 from mmengine.dist import get_rank
 
@@ -56,12 +55,12 @@ class Flush(NamedTuple):
         names (list[str]): The names with pending values, sorted.
         rows (Tensor): ``(len(names), ROW_WIDTH)`` float64 CPU moment rows
             (columns of :mod:`.moments`).
-        counts (np.ndarray, optional): ``(len(names), size)`` sketch bucket
-            counts, or None when no live collector sketches.
+        counts (list[Sketch], optional): One sparse sketch per name, or
+            None when no live collector sketches.
     """
     names: List[str]
     rows: torch.Tensor
-    counts: Optional[np.ndarray] = None
+    counts: Optional[list] = None
 
 
 class Reporter:
@@ -151,13 +150,12 @@ class Reporter:
                 collector.receive(flushed)
 
     def add_rows(self, flushed: Flush, prefix: str = '') -> None:
-        """Add rows and sparse sketch counts reduced elsewhere (a DataLoader
-        worker's :meth:`take`) under ``prefix + name``, unless nothing
-        keeps values now.
+        """Add rows and sketches reduced elsewhere (a DataLoader worker's
+        :meth:`take`) under ``prefix + name``, unless nothing keeps values
+        now.
 
         Args:
-            flushed (Flush): ``counts`` as ``(name index, bucket, count)``
-                arrays, or None.
+            flushed (Flush): Names, rows and (sparse) host sketches.
             prefix (str): E.g. the current phase. Defaults to ''.
         """
         if not self.enabled or self.suspended:
@@ -171,15 +169,9 @@ class Reporter:
                     store.add_row(prefix + name, row.clone())
         if flushed.counts is None or not self.sketches.enabled:
             return
-        name_index, buckets, counts = flushed.counts
-        dense = torch.zeros(
-            len(flushed.names),
-            self.sketches.buckets.size,
-            dtype=torch.float64)
-        dense[torch.from_numpy(name_index),
-              torch.from_numpy(buckets)] = torch.from_numpy(counts)
-        for i in np.unique(name_index).tolist():
-            self.sketches.add_counts(prefix + flushed.names[i], dense[i])
+        for name, sketch in zip(flushed.names, flushed.counts):
+            if sketch.codes.size:
+                self.sketches.add_counts(prefix + name, sketch)
 
     # -- phase and suspension -------------------------------------------------
     def set_phase(self, name: Optional[str]) -> Optional[str]:

@@ -1,81 +1,104 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """Mergeable quantile sketch kernels (DDSketch, Masson et al., VLDB 2019).
 
-A sketch of a set of values is a fixed-size float64 vector of bucket
-*counts*. Bucket ``k`` holds the magnitudes in ``(gamma^(k-1), gamma^k]``
-with ``gamma = (1 + alpha) / (1 - alpha)``; its representative value
+Bucket ``k`` holds the magnitudes in ``(gamma^(k-1), gamma^k]`` with
+``gamma = (1 + alpha) / (1 - alpha)``; its representative value
 ``2 gamma^k / (1 + gamma)`` is within ``alpha`` relative of every magnitude
-in it. The vector is laid out in value order::
+in it. Every finite float64 magnitude has a key (subnormals included: about
+72k keys per sign at ``alpha = 0.01``); zero has its own bucket. A
+:class:`Sketch` stores only the buckets it saw, as sorted signed *codes*
+(value order) and counts; sketches merge by adding counts.
 
-    [negative buckets, largest magnitude first | zero | positive buckets]
-
-so a quantile is one cumulative sum and one search. The size only depends
-on ``alpha`` and the magnitude range (not on the data or the world size):
-sketches merge by addition, across ranks by one ``all_reduce`` SUM.
-Magnitudes outside ``[min_value, max_value]`` are clamped into the edge
-buckets (the accuracy guarantee holds inside the range); NaN / inf values
-are not counted. See ``docs/quantiles.md``.
+Per name and sign, at most ``max_buckets`` keys below the largest magnitude
+are kept: smaller non-zero magnitudes are *collapsed* (DDSketch's
+collapsing-lowest store) into codes ``-1`` / ``+1``, counted, never given a
+value: a quantile among them is NaN, with a warning. Which values collapse
+depends only on the merged data, never on how it was split. NaN / inf are
+not counted. See ``docs/quantiles.md``; the exchange across ranks is in
+:mod:`.sketch_sum`.
 """
 import math
-from typing import Dict, List, Sequence, Union
+import sys
+import warnings
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
+from .sparse_sketch import COLLAPSED, FIRST, ZERO, Sketch
+
 __all__ = [
-    'LogBuckets', 'DEFAULT_BUCKETS', 'bucket_counts', 'counts_in_order',
-    'clamped_quantiles', 'group_bucket_counts', 'quantiles'
+    'LogBuckets', 'Sketch', 'DeviceWindow', 'DEFAULT_BUCKETS', 'bucket_counts',
+    'group_bucket_counts', 'quantiles', 'clamped_quantiles'
 ]
 
 _F64 = torch.float64
 
 
+class DeviceWindow:
+    """Counts of values on their device, per sign relative to an anchor.
+
+    ``counts`` is ``(2 W + 4, )`` float64 in value order: ``[negative
+    (W + 1) | zero | positive (W + 1) | non-finite]``; the ``j``-th slot
+    from zero of a sign holds key ``anchor - j`` (``j < W``) or the
+    collapsed magnitudes (``j = W``). ``anchors`` is ``(2, )`` float64: the
+    largest key of the positive and of the negative values.
+    """
+    __slots__ = ('anchors', 'counts')
+
+    def __init__(self, anchors: torch.Tensor, counts: torch.Tensor) -> None:
+        self.anchors, self.counts = anchors, counts
+
+    @property
+    def device(self) -> torch.device:
+        return self.counts.device
+
+
 class LogBuckets:
-    """The bucket layout of a sketch: relative accuracy and value range.
+    """The bucket layout of sketches: relative accuracy and bounds.
 
     Args:
         relative_accuracy (float): ``alpha``: every quantile is within
             ``alpha`` relative of a true value of that rank. Defaults to
             0.01.
-        min_value (float): Smallest magnitude with the guarantee; smaller
-            non-zero magnitudes count in the lowest bucket. Defaults to 1e-9.
-        max_value (float): Largest magnitude with the guarantee; larger
-            finite magnitudes count in the highest bucket. Defaults to 1e9.
+        max_buckets (int): Buckets kept per name and sign below its largest
+            magnitude (2048 at 1%: 17.8 decades); smaller magnitudes are
+            collapsed and counted. Defaults to 2048.
+        max_total (int): Float64 buckets one update sends per rank, all names
+            together (8 MB); beyond, each name keeps fewer buckets. Defaults
+            to 2**20.
     """
 
     def __init__(self,
                  relative_accuracy: float = 0.01,
-                 min_value: float = 1e-9,
-                 max_value: float = 1e9) -> None:
+                 max_buckets: int = 2048,
+                 max_total: int = 2**20) -> None:
         if not 0 < relative_accuracy < 1:
             raise ValueError('LogBuckets: relative_accuracy must be in (0, 1)'
                              f', e.g. 0.01, got {relative_accuracy!r}')
-        if not 0 < min_value < max_value < math.inf:
-            raise ValueError('LogBuckets: need 0 < min_value < max_value < '
-                             f'inf, got min_value={min_value!r}, '
-                             f'max_value={max_value!r}')
+        for arg, value in (('max_buckets', max_buckets), ('max_total',
+                                                          max_total)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f'LogBuckets: {arg} must be a positive int,'
+                                 f' got {value!r}')
         self.relative_accuracy = float(relative_accuracy)
-        self.min_value, self.max_value = float(min_value), float(max_value)
+        self.max_buckets, self.max_total = max_buckets, max_total
         mantissa = 2 * relative_accuracy / (1 - relative_accuracy)
         self.gamma = 1 + mantissa
         # 1 / ln(gamma), as in the ddsketch package's key mapping
         self.multiplier = 1 / math.log1p(mantissa)
-        self.min_key = math.ceil(math.log(min_value) * self.multiplier)
-        self.max_key = math.ceil(math.log(max_value) * self.multiplier)
-        # buckets per sign; the zero bucket sits between the two signs
-        self.num_buckets = self.max_key - self.min_key + 1
-        self.zero_index = self.num_buckets
-        self.size = 2 * self.num_buckets + 1
-        keys = np.arange(self.min_key, self.max_key + 1, dtype=np.float64)
-        magnitudes = np.power(self.gamma, keys) * (2 / (1 + self.gamma))
-        self.values = np.concatenate([-magnitudes[::-1], [0.], magnitudes])
+        self.min_key = math.ceil(math.log(5e-324) * self.multiplier)
+        self.max_key = math.ceil(
+            math.log(sys.float_info.max) * self.multiplier)
+        self._log_scale = math.log(2 / (1 + self.gamma))
 
     def __repr__(self) -> str:
         return (f'LogBuckets(relative_accuracy={self.relative_accuracy}, '
-                f'min_value={self.min_value}, max_value={self.max_value})')
+                f'max_buckets={self.max_buckets}, '
+                f'max_total={self.max_total})')
 
     def _params(self) -> tuple:
-        return self.relative_accuracy, self.min_value, self.max_value
+        return self.relative_accuracy, self.max_buckets, self.max_total
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, LogBuckets):
@@ -85,159 +108,193 @@ class LogBuckets:
     def __hash__(self) -> int:
         return hash(self._params())
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of one float64 sketch (the memory per name)."""
-        return self.size * 8
+    def magnitude_codes(self, magnitudes: np.ndarray) -> np.ndarray:
+        """Unsigned codes (>= 2) of positive finite ``magnitudes``."""
+        with np.errstate(divide='ignore'):
+            keys = np.ceil(np.log(magnitudes) * self.multiplier)
+        return keys.astype(np.int64) - (self.min_key - FIRST)
 
-    # -- counting ------------------------------------------------------------
-    def bucket_counts(self, values: torch.Tensor) -> torch.Tensor:
-        """Sketch of ``values`` on their device, without a host sync.
+    def representatives(self, codes: np.ndarray) -> np.ndarray:
+        """Values of signed codes (NaN for collapsed codes)."""
+        mags = np.abs(codes)
+        keys = (mags - FIRST + self.min_key).astype(np.float64)
+        with np.errstate(over='ignore'):
+            out = np.minimum(
+                np.exp(keys / self.multiplier + self._log_scale),
+                sys.float_info.max)
+        out = np.where(mags == COLLAPSED, np.nan, out)
+        return np.where(mags == ZERO, 0., np.sign(codes) * out)
 
-        Only elementwise ops and a fixed-size histogram: ``torch.histc`` on
-        CUDA, ``index_add_`` into a zeros tensor on CPU and under
-        ``torch.use_deterministic_algorithms`` (``torch.bincount`` would size
-        its output from the data: a sync on CUDA). Keys are computed in
-        float64; counts are exact float64 integers.
+    # -- counting ----------------------------------------------------------
+    def bucket_counts(self, values: torch.Tensor) -> Optional['DeviceWindow']:
+        """Counts of ``values`` on their device, without a host sync (None
+        for no values).
 
-        Args:
-            values (Tensor): Values of any shape, real dtype and device.
-
-        Returns:
-            Tensor: ``(size, )`` float64 counts on ``values.device``.
+        Elementwise float64 ops (no boolean masks: slow on CPU), one
+        ``aminmax`` for the anchors and a fixed-size histogram:
+        ``torch.histc`` on CUDA, ``index_add_`` on CPU and under
+        ``torch.use_deterministic_algorithms``.
         """
         x = values.detach().reshape(-1).to(_F64)
-        # 1-based bucket of |x| within its sign: ceil(log_gamma |x|) less
-        # (min_key - 1), clamped (0 -> log 0 = -inf -> 1, times sign 0)
-        log_gamma = x.abs().log_().mul_(self.multiplier)
-        offset = log_gamma.sub_(self.min_key - 1).ceil_()
-        offset.clamp_(1, self.num_buckets)
-        # x * 0 is NaN exactly for NaN / inf values: a spare last slot
-        index = torch.addcmul(x * 0. + self.zero_index, torch.sign(x),
-                              offset).nan_to_num_(float(self.size))
+        if x.numel() == 0:
+            return None
+        width, center = self.max_buckets, self.max_buckets + 1
+        key = x.abs().log_().mul_(self.multiplier).ceil_()
+        # anchors: keys of the largest finite magnitude of each sign
+        low, high = torch.aminmax(x.nan_to_num(0., 0., 0.))
+        extremes = torch.stack([high, -low])
+        anchors = torch.where(extremes > 0,
+                              extremes.log().mul_(self.multiplier).ceil_(),
+                              torch.full_like(extremes, self.min_key))
+        half = (anchors[0] - anchors[1]) / 2  # exact: integers < 2^53
+        sign = x.sign()
+        # slot = center + sign (1 + min(anchor of the sign - key, W));
+        # zero: sign 0; NaN / inf: x * 0 is NaN -> the spare last slot
+        offset = sign.mul(half).add_(anchors.mean()).sub_(key).clamp_(
+            max=width).add_(1.)
+        index = torch.addcmul(x * 0. + center, sign,
+                              offset).nan_to_num_(2. * width + 3)
+        size = 2 * width + 4
         if x.is_cuda and not torch.are_deterministic_algorithms_enabled():
             # per-block shared-memory histogram: index_add_'s global atomics
             # serialise on a popular bucket (zeros of a ReLU: 12x slower)
-            return torch.histc(index, self.size + 1, -0.5,
-                               self.size + 0.5)[:self.size]
-        counts = torch.zeros(self.size + 1, dtype=_F64, device=x.device)
+            return DeviceWindow(anchors,
+                                torch.histc(index, size, -0.5, size - 0.5))
+        counts = torch.zeros(size, dtype=_F64, device=x.device)
         ones = torch.ones(1, dtype=_F64, device=x.device).expand(x.numel())
         counts.index_add_(0, index.long(), ones)
-        return counts[:self.size]
+        return DeviceWindow(anchors, counts)
+
+    def merge_windows(self, a: DeviceWindow, b: DeviceWindow) -> DeviceWindow:
+        """One window of both (re-anchored at the larger keys; no sync)."""
+        width = self.max_buckets
+        anchors = torch.maximum(a.anchors, b.anchors)
+        out = torch.zeros_like(a.counts)
+        ramp = torch.arange(width + 1, dtype=_F64, device=out.device)
+        fixed = torch.tensor([width + 1., 2 * width + 3],
+                             dtype=_F64,
+                             device=out.device)
+        for w in (a, b):
+            shift = anchors - w.anchors
+            index = torch.cat([
+                width - (ramp.flip(0) + shift[1]).clamp_(max=width), fixed[:1],
+                (ramp + shift[0]).clamp_(max=width) + (width + 2), fixed[1:]
+            ])
+            out.index_add_(0, index.long(), w.counts)
+        return DeviceWindow(anchors, out)
+
+    def window_sketch(self, window: DeviceWindow) -> Sketch:
+        """The host :class:`Sketch` of a window (one copy to the host)."""
+        width, center = self.max_buckets, self.max_buckets + 1
+        counts = window.counts.cpu().numpy()[:-1]  # non-finite dropped
+        anchors = window.anchors.cpu().numpy().astype(np.int64)
+        slots = np.flatnonzero(counts)
+        sign = np.sign(slots - center)
+        j = np.abs(slots - center) - 1  # keys below the anchor of the sign
+        mags = anchors[(sign < 0).astype(np.int64)] - j - (
+            self.min_key - FIRST)
+        codes = sign * np.where(j == width, COLLAPSED, mags)
+        return Sketch.merged(codes, counts[slots], width)
 
     def group_bucket_counts(self, x: np.ndarray, seg: np.ndarray,
-                            groups: int) -> np.ndarray:
-        """Sketches of host values, one per group (numpy ``bincount``).
-
-        The host twin of :meth:`bucket_counts` for the flush path, grouped
-        like :func:`~mmstats.stats.moments.reduce_groups`.
-
-        Args:
-            x (np.ndarray): 1-d float64 values.
-            seg (np.ndarray): 1-d int64 group of each value, in
-                ``[0, groups)``.
-            groups (int): Number of groups.
-
-        Returns:
-            np.ndarray: ``(groups, size)`` float64 counts.
-        """
+                            groups: int) -> List[Sketch]:
+        """Sketches of host float64 values ``x``, one per group ``seg`` in
+        ``[0, groups)`` (one ``np.unique`` for all)."""
         x = np.asarray(x, dtype=np.float64).reshape(-1)
         seg = np.asarray(seg, dtype=np.int64).reshape(-1)
-        with np.errstate(all='ignore'):
-            finite = np.isfinite(x)
-            if not finite.all():
-                x, seg = x[finite], seg[finite]
-            log_gamma = np.log(np.abs(x)) * self.multiplier
-            offset = np.clip(
-                np.ceil(log_gamma - (self.min_key - 1)), 1, self.num_buckets)
-            index = np.sign(x) * offset + self.zero_index
-        flat = seg * self.size + index.astype(np.int64)
-        counts = np.bincount(flat, minlength=groups * self.size)
-        return counts.reshape(groups, self.size).astype(np.float64)
+        finite = np.isfinite(x)
+        if not finite.all():
+            x, seg = x[finite], seg[finite]
+        codes = np.sign(x).astype(np.int64) * self.magnitude_codes(
+            np.where(x == 0, 1., np.abs(x)))
+        span = self.max_key - self.min_key + FIRST + 1  # |code| < span
+        flat, counts = np.unique(
+            seg * (2 * span) + codes + span, return_counts=True)
+        group = flat // (2 * span)
+        bounds = np.searchsorted(group, np.arange(groups + 1))
+        codes = flat - group * (2 * span) - span
+        counts = counts.astype(np.float64)
+        out = []
+        for g in range(groups):
+            sketch = Sketch(codes[bounds[g]:bounds[g + 1]],
+                            counts[bounds[g]:bounds[g + 1]], self.max_buckets)
+            sketch._collapse()
+            out.append(sketch)
+        return out
 
-    # -- querying ------------------------------------------------------------
-    def quantiles(self, counts: Union[np.ndarray, torch.Tensor],
+    def empty(self) -> Sketch:
+        return Sketch(
+            np.zeros(0, np.int64), np.zeros(0, np.float64), self.max_buckets)
+
+    # -- querying ----------------------------------------------------------
+    def quantiles(self, sketch: Sketch,
                   qs: Union[float, Sequence[float]]) -> np.ndarray:
         """Quantiles of a sketch, DDSketch's lower-rank convention.
 
-        For ``q`` and ``n`` counted values, the answer is the representative
-        of the bucket holding the value of 0-based rank ``floor(q (n - 1))``
-        in sorted order (numpy's ``method='lower'``): within
-        ``relative_accuracy`` of that value if its magnitude is in
-        ``[min_value, max_value]`` (exactly 0 for 0).
-
-        Args:
-            counts (np.ndarray | Tensor): ``(..., size)`` counts (one sketch
-                or a batch of them).
-            qs (float | Sequence[float]): Quantiles in ``[0, 1]``.
+        For ``q`` and ``n`` counted values, the representative of the bucket
+        holding the value of 0-based rank ``floor(q (n - 1))`` (numpy's
+        ``method='lower'``): within ``relative_accuracy`` of it (exactly 0
+        for 0). NaN for an empty sketch and where that value was collapsed.
 
         Returns:
-            np.ndarray: ``(..., len(qs))`` float64 values (``(...)`` for a
-            scalar ``qs``); NaN for an empty sketch.
+            np.ndarray: One value per ``q`` (0-d for a scalar ``qs``).
         """
-        if isinstance(counts, torch.Tensor):
-            counts = counts.detach().cpu().numpy()
-        counts = np.asarray(counts, dtype=np.float64)
-        if counts.shape[-1] != self.size:
-            raise ValueError(f'quantiles: counts must have {self.size} '
-                             f'buckets (last dim) for {self!r}, got shape '
-                             f'{counts.shape}')
         q = np.asarray(qs, dtype=np.float64)
         if q.size and not ((q >= 0) & (q <= 1)).all():
             raise ValueError(f'quantiles: qs must be in [0, 1], got {qs!r}')
-        cum = np.cumsum(counts, axis=-1)
-        total = cum[..., -1:]
-        rank = np.floor(q.reshape(-1) * np.maximum(total - 1, 0))
-        # first bucket whose cumulative count exceeds the rank
-        index = (cum[..., None, :] <= rank[..., None]).sum(-1)
-        out = self.values[np.minimum(index, self.size - 1)]
-        out = np.where(total > 0, out, np.nan)
-        return out.reshape(counts.shape[:-1] + q.shape)
+        if not sketch.codes.size:
+            return np.full(q.shape, np.nan)
+        cum = np.cumsum(sketch.counts)
+        rank = np.floor(q.reshape(-1) * max(cum[-1] - 1, 0))
+        index = np.minimum(
+            np.searchsorted(cum, rank, side='right'), cum.size - 1)
+        return self.representatives(sketch.codes[index]).reshape(q.shape)
 
 
 DEFAULT_BUCKETS = LogBuckets()
 
 
 def bucket_counts(values: torch.Tensor,
-                  buckets: LogBuckets = DEFAULT_BUCKETS) -> torch.Tensor:
-    """Sketch of ``values`` (see :meth:`LogBuckets.bucket_counts`)."""
-    return buckets.bucket_counts(values)
+                  buckets: LogBuckets = DEFAULT_BUCKETS) -> Sketch:
+    """Host :class:`Sketch` of a tensor (syncs; tests and tools)."""
+    window = buckets.bucket_counts(values)
+    return buckets.empty() if window is None else buckets.window_sketch(window)
 
 
 def group_bucket_counts(x: np.ndarray,
                         seg: np.ndarray,
                         groups: int,
-                        buckets: LogBuckets = DEFAULT_BUCKETS) -> np.ndarray:
+                        buckets: LogBuckets = DEFAULT_BUCKETS) -> List[Sketch]:
     """Per-group sketches of host values (see
     :meth:`LogBuckets.group_bucket_counts`)."""
     return buckets.group_bucket_counts(x, seg, groups)
 
 
-def quantiles(counts: Union[np.ndarray, torch.Tensor],
+def quantiles(sketch: Sketch,
               qs: Union[float, Sequence[float]],
               buckets: LogBuckets = DEFAULT_BUCKETS) -> np.ndarray:
-    """Quantiles of sketch counts (see :meth:`LogBuckets.quantiles`)."""
-    return buckets.quantiles(counts, qs)
+    """Quantiles of a sketch (see :meth:`LogBuckets.quantiles`)."""
+    return buckets.quantiles(sketch, qs)
 
 
-def counts_in_order(counts: Dict[str, np.ndarray],
-                    names: List[str],
-                    buckets: LogBuckets = DEFAULT_BUCKETS) -> np.ndarray:
-    """``(len(names), size)`` counts of ``names`` in their order, zeros for
-    names without any (names of ``counts`` not in ``names`` are dropped)."""
-    block = np.zeros((len(names), buckets.size))
-    for i, name in enumerate(names):
-        if name in counts:
-            block[i] = counts[name]
-    return block
-
-
-def clamped_quantiles(counts: np.ndarray,
+def clamped_quantiles(sketch: Sketch,
                       qs: np.ndarray,
                       low: float,
                       high: float,
                       buckets: LogBuckets = DEFAULT_BUCKETS) -> np.ndarray:
     """Quantiles ``qs`` of a sketch whose exact extremes are ``low`` and
-    ``high``: clamped into them (never less accurate), exact at 0 and 1."""
-    out = np.clip(buckets.quantiles(counts, qs), low, high)
-    return np.where(qs == 0, low, np.where(qs == 1, high, out))
+    ``high``: clamped into them (never less accurate), exact at 0 and 1;
+    NaN with a warning where the value of that rank was collapsed."""
+    raw = buckets.quantiles(sketch, qs)
+    out = np.clip(raw, low, high)
+    out = np.where(qs == 0, low, np.where(qs == 1, high, out))
+    lost = np.isnan(out) & (sketch.total > 0)
+    if lost.any():
+        warnings.warn(
+            f'quantile sketch{f" of {sketch.name!r}" if sketch.name else ""}'
+            f': q={np.atleast_1d(qs)[np.atleast_1d(lost)].tolist()} fall '
+            'among values whose magnitudes were collapsed (more than '
+            'max_buckets buckets below the largest magnitude of their sign,'
+            ' or beyond the per-update budget max_total): NaN instead (see '
+            'docs/quantiles.md)')
+    return out

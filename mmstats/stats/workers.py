@@ -17,7 +17,6 @@ import os
 from multiprocessing.context import get_spawning_popen
 from typing import Any, Callable, Optional
 
-import numpy as np
 from torch.utils.data import get_worker_info
 
 from .reporting import REPORTER, Flush
@@ -83,7 +82,7 @@ class WorkerReportingCollate:
         flushed = REPORTER.take()
         if not flushed.names:
             return batch
-        payload = flushed._replace(counts=_sparse(flushed.counts))
+        payload = flushed  # host sketches are sparse already
         if isinstance(batch, dict) and type(batch) in (dict, ReportedDict):
             batch = ReportedDict(batch)
         elif isinstance(batch, list) and type(batch) in (list, ReportedList):
@@ -94,15 +93,6 @@ class WorkerReportingCollate:
             return batch
         setattr(batch, _ATTR, payload)
         return batch
-
-
-def _sparse(counts: Optional[np.ndarray]) -> Optional[tuple]:
-    """Sketch counts ``(names, buckets)`` as ``(name index, bucket, count)``
-    arrays: a batch fills few of the ~4k buckets per name."""
-    if counts is None:
-        return None
-    rows, cols = np.nonzero(counts)
-    return rows, cols, counts[rows, cols]
 
 
 def carries_reports(data_batch: Any) -> bool:

@@ -12,11 +12,11 @@ from mmstats.stats.collectives import ReduceFns
 from mmstats.stats.pending_sketches import SKETCHES
 from mmstats.stats.store import LARGE_NUMEL, MAX_PENDING_TENSORS
 from tests.helpers.dist import run_distributed
-from tests.test_stats.test_sketch import (QS, assert_within_alpha,
+from tests.test_stats.test_sketch import (QS, assert_within_alpha, log_uniform,
                                           lognormal_6_decades, lower_quantiles,
                                           mixed_sign)
 
-TIMEOUT = 120
+TIMEOUT = 300  # a hang guard: 4 spawned ranks on a loaded 2-core machine
 SMALL = 8  # elements per small tensor
 NUM_FLOATS = 500
 
@@ -26,7 +26,10 @@ def _values(rank, step):
     rng = np.random.default_rng(100 * rank + step)
     out = {
         'logn': lognormal_6_decades(rng, 10000),
-        'mixed': mixed_sign(rng, 10000)
+        'mixed': mixed_sign(rng, 10000),
+        # far below 1e-9 / above 1e9 (once all in one edge bucket)
+        'tiny': mixed_sign(rng, 7000, 1e-14, 1e-11),
+        'huge': -log_uniform(rng, 1e140, 1e150, 7000),
     }
     if rank == 0:  # a name only one rank reports
         out['only0'] = rng.normal(size=50)
@@ -95,7 +98,7 @@ def test_quantiles_of_all_ranks_within_alpha(world):
         assert sketch_calls == plain_calls  # no extra collective
     for step, got in enumerate(results[0][0]):
         per_rank = [_values(rank, step) for rank in range(world)]
-        assert sorted(got) == ['logn', 'mixed', 'only0']
+        assert sorted(got) == ['huge', 'logn', 'mixed', 'only0', 'tiny']
         for name, quantiles in got.items():
             union = np.concatenate([v[name] for v in per_rank if name in v])
             true = lower_quantiles(union, QS)
@@ -131,3 +134,83 @@ def test_quantile_api_and_keep_previous():
     del kept, dropped, c
     gc.collect()
     assert not SKETCHES.enabled  # the last sketching collector is gone
+
+
+def test_tiny_values_have_distinct_quantiles():
+    """The user's report: data spanning 1e-14..1e-11 gave p10 = p50 = p90 =
+    9.97e-12 (one edge bucket); now each within alpha of numpy's."""
+    collector = Collector(sketch=True)
+    values = log_uniform(np.random.default_rng(3), 1e-14, 1e-11, 5000)
+    report('small', torch.from_numpy(values))
+    for v in values[:100].tolist():
+        report('small', v)
+    collector.update()
+    qs = np.array([0.1, 0.5, 0.9])
+    got = np.array(collector.quantile('small', qs))
+    assert_within_alpha(
+        got, lower_quantiles(np.concatenate([values, values[:100]]), qs))
+
+
+def test_collapsed_quantiles_are_nan_with_a_warning():
+    """1e-300..1e300 exceeds the 2048 keys kept per sign: the quantiles of
+    collapsed magnitudes are NaN with a warning naming the name, the others
+    within alpha, the moments exact."""
+    collector = Collector(sketch=True)
+    values = mixed_sign(np.random.default_rng(4), 5000, 1e-300, 1e300)
+    report('wide', torch.from_numpy(values))
+    collector.update()
+    finite = values[np.isfinite(values)]
+    assert collector.num('wide') == finite.size
+    with pytest.warns(UserWarning, match="'wide'.*collapsed"):
+        got = np.array(collector.quantile('wide', QS))
+    true = lower_quantiles(values, QS)
+    kept = ~np.isnan(got)
+    assert kept[:3].all() and kept[-3:].all() and not kept.all()
+    assert_within_alpha(got[kept], true[kept])
+    assert (np.abs(true[~kept]) < 1e283).all()  # 17.8 decades below 1e300
+
+
+class SumSizes(ReduceFns):
+    """Real collectives (one process), recording the SUM sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes = []
+
+    def all_reduce_sum(self, x):
+        self.sizes.append(x.size)
+        return super().all_reduce_sum(x)
+
+
+def test_payload_of_1000_loss_names():
+    """StatsCollectorHook's default max_names=1000 with sketches on: one
+    update sends 33 MB per rank before (4149 float64 per name); loss-like
+    names (20 values within x1.56 of a level in [0.1, 10]) now ~210 KB, the
+    count is exact and deterministic."""
+    rng = np.random.default_rng(5)
+    plain_fns, sketch_fns = SumSizes(), SumSizes()
+    plain = Collector(reduce_fns=plain_fns, max_names=1000)
+    sketched = Collector(reduce_fns=sketch_fns, max_names=1000, sketch=True)
+    levels = log_uniform(rng, 0.1, 10, 1000)
+    for i, level in enumerate(levels):
+        for v in (level * rng.uniform(0.8, 1.25, 20)).tolist():
+            report(f'loss{i:04d}', v)
+    plain.update()
+    sketched.update()
+    extra = (sum(sketch_fns.sizes) - sum(plain_fns.sizes)) * 8
+    assert extra == 26182 * 8 < 250_000
+    assert sketched.quantile('loss0000', 0) == sketched.min('loss0000')
+
+
+def test_eviction_keeps_sketches_aligned():
+    """A name evicted by an update: the summed block is unpacked for the
+    table it was built for, the kept names get their own counts."""
+    collector = Collector(sketch=True, evict_after=1)
+    report('a', [1., 2.])
+    report('b', [100., 200., 300.])
+    collector.update()
+    report('b', [5., 6., 7.])
+    collector.update()  # 'a' got nothing: evicted by this update
+    assert collector.names() == ['b']
+    got = collector.quantile('b', [0., 0.5, 1.])
+    assert got[0] == 5. and got[2] == 7. and abs(got[1] - 6.) <= 0.06
