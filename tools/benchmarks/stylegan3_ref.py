@@ -1,51 +1,42 @@
 """StyleGAN3's ``training_stats.report`` and an ATen operation counter, for
 the benchmarks and the op-count tests.
 
-``stylegan3_report`` is NVIDIA's code (NVlabs/stylegan3,
-``torch_utils/training_stats.py``, Nvidia Source Code License), copied as
-published apart from module globals renamed, to compare with in the same
-run.
+``stylegan3_report`` re-implements, operation for operation, ``report()``
+of NVlabs/stylegan3 ``torch_utils/training_stats.py`` (2021): the values
+flattened and cast to float32 (its ``_reduce_dtype``), the moments
+``[count, sum, sum of squares]`` stacked, cast to float64 (its
+``_counter_dtype``) and added to a per-name, per-device counter.
 """
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ['stylegan3_report', 'stylegan3_reset', 'count_aten_ops']
 
-_SG3_COUNTERS: dict = dict()
-_SG3_DTYPE = torch.float64
-_SG3_NUM_MOMENTS = 3
-_SG3_COUNTER_DTYPE = torch.float64
+_COUNTERS: Dict[str, Dict[Any, torch.Tensor]] = {}
 
 
-def stylegan3_report(name, value):
-    if name not in _SG3_COUNTERS:
-        _SG3_COUNTERS[name] = dict()
-
-    elems = torch.as_tensor(value)
-    if elems.numel() == 0:
+def stylegan3_report(name: str, value: Any) -> Any:
+    """StyleGAN3's ``report(name, value)``, the same ATen operations."""
+    per_device = _COUNTERS.setdefault(name, {})
+    values = torch.as_tensor(value)
+    if values.numel() == 0:
         return value
-
-    elems = elems.detach().flatten().to(_SG3_DTYPE)
-    moments = torch.stack([
-        torch.ones_like(elems).sum(),
-        elems.sum(),
-        elems.square().sum(),
-    ])
-    assert moments.ndim == 1 and moments.shape[0] == _SG3_NUM_MOMENTS
-    moments = moments.to(_SG3_COUNTER_DTYPE)
-
-    device = moments.device
-    if device not in _SG3_COUNTERS[name]:
-        _SG3_COUNTERS[name][device] = torch.zeros_like(moments)
-    _SG3_COUNTERS[name][device].add_(moments)
+    values = values.detach().flatten().to(torch.float32)
+    moments = torch.stack(
+        [torch.ones_like(values).sum(),
+         values.sum(),
+         values.square().sum()]).to(torch.float64)
+    if moments.device not in per_device:
+        per_device[moments.device] = torch.zeros_like(moments)
+    per_device[moments.device].add_(moments)
     return value
 
 
 def stylegan3_reset() -> None:
-    """Forget StyleGAN3's accumulated counters."""
-    _SG3_COUNTERS.clear()
+    """Forget the accumulated counters."""
+    _COUNTERS.clear()
 
 
 class _CountOps(TorchDispatchMode):
