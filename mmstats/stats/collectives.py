@@ -49,6 +49,16 @@ class ReduceFns:
         """Elementwise maximum over ranks."""
         return self._all_reduce(x, dist.ReduceOp.MAX)
 
+    def all_gather(self, x: np.ndarray) -> np.ndarray:
+        """Every rank's 1-d ``x`` (the same length on every rank), stacked
+        in rank order: ``(world_size, len(x))``."""
+        if self.world_size == 1:
+            return x[None]
+        tensor = torch.from_numpy(x).to(get_comm_device(self.group))
+        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(out, tensor, group=self.group)
+        return torch.stack(out).cpu().numpy()
+
     def all_gather_object(self, obj: Any) -> List[Any]:
         """Every rank's ``obj``, indexed by rank."""
         if self.world_size == 1:

@@ -15,6 +15,7 @@ specialises a Python float it computes with, so a changing float (a
 learning rate) would recompile; a graph break passes it without a guard.
 See ``docs/reporting.md``.
 """
+import sys
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ from torch.fx.node import has_side_effect
 
 from . import reporting
 
-__all__ = ['report_traced']
+__all__ = ['report_traced', 'enable_compile_support']
 
 _LIB = torch.library.Library('mmstats', 'DEF')
 _LIB.define('report(Tensor value, str name, bool rank0) -> ()')
@@ -42,13 +43,58 @@ torch.library.register_fake('mmstats::report', _report_fake, lib=_LIB)
 has_side_effect(torch.ops.mmstats.report.default)
 
 
-@torch.compiler.disable
-def _report_eager(name: str, value: Any, rank0: bool) -> None:
+def _report_eager_impl(name: str, value: Any, rank0: bool) -> None:
     (reporting.report0 if rank0 else reporting.report)(name, value)
+
+
+# ``_report_eager_impl`` behind ``torch.compiler.disable`` once
+# :func:`enable_compile_support` ran (the decorator imports dynamo).
+_report_eager = _report_eager_impl
+_SUPPORT_ENABLED = [False]
+
+
+def enable_compile_support() -> bool:
+    """Prepare dynamo for ``report()`` (idempotent; imports dynamo).
+
+    Wraps the eager fallback in ``torch.compiler.disable`` and marks the
+    top-level frames of ``report`` / ``report0`` / :func:`report_traced`
+    as skipped: after a graph break inside ``report()`` (a non-tensor
+    value), dynamo would compile ``report`` as a frame of its own and guard
+    on the value (a changing float would recompile); skipped, those frames
+    run eagerly. Inlining ``report()`` into a traced caller is not
+    affected.
+
+    Importing ``torch._dynamo`` changes process-wide state (it adds classes
+    to ``torch.serialization``'s safe globals), so ``import mmstats`` does
+    not call this: it runs at import only if dynamo is already imported,
+    else on the first trace of :func:`report_traced` (dynamo calls it at
+    trace time, see below), when dynamo is imported anyway.
+
+    Returns:
+        bool: True.
+    """
+    if _SUPPORT_ENABLED[0]:
+        return True
+    global _report_eager
+    from torch._dynamo.eval_frame import skip_code
+    _report_eager = torch.compiler.disable(_report_eager_impl)
+    for fn in (reporting.report, reporting.report0, report_traced):
+        skip_code(fn.__code__)
+    _SUPPORT_ENABLED[0] = True
+    return True
+
+
+# What ``torch.compiler.assume_constant_result`` does, without importing
+# dynamo: dynamo calls the function while tracing and keeps its result as a
+# constant, so the first trace enables compile support before it reads
+# ``_report_eager``. Checked by tests/test_stats/test_report_compile.py in
+# a fresh interpreter.
+enable_compile_support._dynamo_marked_constant = True  # type: ignore
 
 
 def report_traced(name: str, value: Any, rank0: bool) -> Any:
     """What :func:`~mmstats.stats.report` does while dynamo traces it."""
+    enable_compile_support()  # a trace-time constant
     if isinstance(value, torch.Tensor):
         torch.ops.mmstats.report(value, name, rank0)
     else:
@@ -56,14 +102,5 @@ def report_traced(name: str, value: Any, rank0: bool) -> Any:
     return value
 
 
-def _skip_top_level_frames() -> None:
-    """After a graph break inside ``report()`` (a non-tensor value), dynamo
-    would compile ``report`` as a frame of its own and guard on the value
-    (a changing float would recompile): run those frames eagerly. Inlining
-    ``report()`` into a traced caller is not affected."""
-    from torch._dynamo.eval_frame import skip_code
-    for fn in (reporting.report, reporting.report0, report_traced):
-        skip_code(fn.__code__)
-
-
-_skip_top_level_frames()
+if 'torch._dynamo' in sys.modules:
+    enable_compile_support()

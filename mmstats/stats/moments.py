@@ -9,7 +9,7 @@ deviations from ``mean`` and ``nonfinite`` the number of NaN / inf values
 parallel formula, so reductions can happen in any grouping and order.
 """
 import math
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -23,12 +23,6 @@ __all__ = [
 # Columns of a moments row.
 N, MEAN, M2, MIN, MAX, NONFINITE = range(6)
 ROW_WIDTH = 6
-
-# Chunk size of the reduction of one large CPU tensor: its float64
-# temporaries stay in the allocator's reused memory, where whole-tensor ones
-# (4 MB per 512 k elements) are fresh, page-faulting allocations. 524 k
-# float32 elements, 1 thread: ~0.5 ms (all finite) chunked, 7-10 ms whole.
-LARGE_CHUNK_NUMEL = 131072
 
 _INF = float('inf')
 _F64 = torch.float64
@@ -75,51 +69,68 @@ def reduce_values(x: torch.Tensor) -> torch.Tensor:
          m2.clamp(min=0), low, high, nonfinite], dim=1)
 
 
-def reduce_tensor(x: torch.Tensor) -> torch.Tensor:
+def reduce_tensor(x: torch.Tensor,
+                  sync_free: Optional[bool] = None) -> torch.Tensor:
     """Reduce a real tensor of any shape and dtype to one row.
 
-    CUDA tensors: one :func:`reduce_values` (no sync). CPU tensors: in
-    chunks of ``LARGE_CHUNK_NUMEL`` whose rows are merged; a chunk whose
-    min and max are finite (so are all its values) skips the non-finite
-    masking (4 passes instead of ~12). Reading those two CPU scalars is
-    not a device sync.
+    A fixed, small number of fused passes (``docs/reporting.md``):
+
+    - CPU (``sync_free=False``): ``aminmax`` of the values, read on the
+      host (a CPU scalar, not a device sync); if both are finite, so is
+      every value, and a corrected two-pass in a float64 copy (sum, shift
+      in place, sum and dot of the deviations) gives the mean and ``M2``:
+      7 dispatcher calls at any size. Only a tensor with NaN / inf takes
+      the masked :func:`reduce_values`.
+    - other devices (``sync_free=True``): ``var_mean`` and ``aminmax`` of
+      the values with every non-finite one replaced by the mean of the
+      finite ones (which changes neither ``M2`` nor the range), so no host
+      read is needed: 11 dispatcher calls at any size; rows without finite
+      values carry NaN moments and are emptied by :func:`merge_rows`.
 
     Args:
         x (Tensor): Real values, any shape.
+        sync_free (bool, optional): Force the device path (also on CPU,
+            to test it). Defaults to None (by device).
 
     Returns:
         Tensor: ``(ROW_WIDTH, )`` float64 row on ``x``'s device.
     """
-    flat = x.reshape(-1)
-    if flat.device.type != 'cpu' or not flat.numel():
-        return reduce_values(flat.to(_F64))[0]
-    if not flat.is_floating_point():
+    flat = x if x.dim() == 1 else x.reshape(-1)
+    numel = flat.numel()
+    if sync_free is None:
+        sync_free = flat.device.type != 'cpu'
+    if not numel:
+        return empty_rows(1, flat.device)[0]
+    if not flat.is_floating_point():  # int, bool: exact in float64
         flat = flat.to(_F64)
-    rows = [
-        _reduce_cpu_chunk(flat[i:i + LARGE_CHUNK_NUMEL])
-        for i in range(0, flat.numel(), LARGE_CHUNK_NUMEL)
-    ]
-    if len(rows) == 1:
-        return rows[0]
-    seg = torch.zeros(len(rows), dtype=torch.long)
-    return merge_rows(torch.stack(rows), seg, 1)[0]
-
-
-def _reduce_cpu_chunk(x: torch.Tensor) -> torch.Tensor:
-    """The row of a non-empty 1-d floating-point CPU chunk."""
-    low, high = torch.aminmax(x)
-    low, high = low.item(), high.item()
+    if sync_free:
+        return _reduce_sync_free(flat)
+    low, high = (t.tolist() for t in torch.aminmax(flat))
     if not (math.isfinite(low) and math.isfinite(high)):
-        return reduce_values(x.to(_F64))[0]
-    x64 = x.to(_F64, copy=True)
-    n = x64.numel()
-    mean = x64.sum().item() / n
-    dev = x64.sub_(mean)  # a copy (float64 input too): reuse its memory
-    mean_fix = dev.sum().item() / n
-    m2 = torch.dot(dev, dev).item() - mean_fix * mean_fix * n
-    return torch.tensor([n, mean + mean_fix,
+        return reduce_values(flat.to(_F64))[0]
+    # Corrected two-pass in float64 (CPU var_mean is a slow per-element
+    # Welford loop): a private copy, shifted in place by the mean.
+    x64 = flat.to(_F64, copy=True)
+    mean = x64.sum().tolist() / numel
+    dev = x64.sub_(mean)
+    mean_fix = dev.sum().tolist() / numel
+    m2 = torch.dot(dev, dev).tolist() - mean_fix * mean_fix * numel
+    return torch.tensor([numel, mean + mean_fix,
                          max(m2, 0.), low, high, 0.],
                         dtype=_F64)
+
+
+def _reduce_sync_free(flat: torch.Tensor) -> torch.Tensor:
+    """The row of non-empty 1-d floating-point values, without a host
+    read: non-finite values replaced by the finite mean."""
+    flat = flat.to(_F64)  # (a 0-d float64 fill would not promote float32)
+    zeroed = torch.nan_to_num(flat, 0., 0., 0.)
+    is_finite = zeroed == flat  # NaN != 0, inf != 0
+    n = is_finite.sum(dtype=_F64)
+    filled = torch.where(is_finite, flat, zeroed.sum() / n)
+    m2, mean = torch.var_mean(filled, correction=filled.numel() - 1)
+    low, high = torch.aminmax(filled)
+    return torch.stack([n, mean, m2, low, high, filled.numel() - n])
 
 
 def reduce_groups(x: np.ndarray, seg: np.ndarray, groups: int) -> np.ndarray:
@@ -190,6 +201,9 @@ def merge_rows(rows: torch.Tensor, seg: torch.Tensor,
     """
     device = rows.device
     zeros = torch.zeros(groups, dtype=_F64, device=device)
+    # A row without finite values may carry NaN moments (sync-free path).
+    has_values = (rows[:, N] > 0).unsqueeze(1)
+    rows = torch.where(has_values, rows, _empty_like_rows(rows))
     n_i, mean_i = rows[:, N], rows[:, MEAN]
     n = zeros.index_add(0, seg, n_i)
     n_safe = n.clamp(min=1)
@@ -204,6 +218,13 @@ def merge_rows(rows: torch.Tensor, seg: torch.Tensor,
     high = high.scatter_reduce(0, seg, rows[:, MAX], 'amax')
     nonfinite = zeros.index_add(0, seg, rows[:, NONFINITE])
     return torch.stack([n, mean, m2, low, high, nonfinite], dim=1)
+
+
+def _empty_like_rows(rows: torch.Tensor) -> torch.Tensor:
+    """Empty rows that keep ``rows``' non-finite counts."""
+    empty = empty_rows(len(rows), rows.device)
+    empty[:, NONFINITE] = rows[:, NONFINITE]
+    return empty
 
 
 def compact_tensors(tensors: List[torch.Tensor]) -> List[torch.Tensor]:

@@ -14,7 +14,14 @@ the table only, never on the world size:
 
 When some rank has new names, the ranks agree on their sorted union
 (``all_gather_object`` of the new names only) and redo step 1 for the new
-table. See ``docs/stats.md`` for the rationale and the costs.
+table.
+
+Small groups (at most ``GATHER_MAX_WORLD`` ranks, and a ``ReduceFns`` with
+``all_gather``) take ONE collective instead: an ``all_gather`` of
+``[header, rows, extra]``, merged on every rank in rank order (Chan's
+pairwise formula, identical bits everywhere). There a collective's latency
+costs more than its payload, which grows with the world size (``W - 1``
+rows in per name). See ``docs/stats.md`` for the rationale and the costs.
 """
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -31,6 +38,8 @@ HEADER_ERROR, HEADER_NEW = 0, 1
 HEADER_WIDTH = 2
 # How many refused names a warning shows.
 SHOWN_NAMES = 5
+# Up to this many ranks, one all_gather replaces the all_reduces.
+GATHER_MAX_WORLD = 4
 
 
 class RankFailure(RuntimeError):
@@ -98,6 +107,32 @@ def reduce_moments(local: np.ndarray,
     rows[:, M2] = np.maximum(m2_sum - n * fix * fix, 0.)
     rows[:, MIN], rows[:, MAX] = low, high
     return rows, (summed[1] if extra is not None else None)
+
+
+def merge_gathered(gathered: np.ndarray) -> np.ndarray:
+    """Merge every rank's rows of the same table, in rank order.
+
+    Args:
+        gathered (np.ndarray): ``(W, T, ROW_WIDTH)`` rows of each rank.
+
+    Returns:
+        np.ndarray: ``(T, ROW_WIDTH)`` global rows (Chan et al.'s pairwise
+        merge, exact and the same bits on every rank).
+    """
+    out = gathered[0].copy()
+    for rows in gathered[1:]:
+        n_a, n_b = out[:, N], rows[:, N]
+        n = n_a + n_b
+        n_safe = np.maximum(n, 1.)
+        delta = np.where(n_b > 0, rows[:, MEAN] - out[:, MEAN], 0.)
+        out[:, MEAN] = np.where(n_a > 0, out[:, MEAN] + delta * n_b / n_safe,
+                                rows[:, MEAN])
+        out[:, M2] += rows[:, M2] + delta * delta * (n_a * n_b / n_safe)
+        out[:, N] = n
+        out[:, NONFINITE] += rows[:, NONFINITE]
+        np.minimum(out[:, MIN], rows[:, MIN], out=out[:, MIN])
+        np.maximum(out[:, MAX], rows[:, MAX], out=out[:, MAX])
+    return out
 
 
 class NameTable:
@@ -240,6 +275,9 @@ class NameTable:
         has_new = any(name not in self._index for name in names)
         header = np.array([fns.rank + 1. if failed else 0., float(has_new)])
         local = self._align(self.names, names, rows)
+        if (getattr(fns, 'all_gather', None) is not None
+                and fns.world_size <= GATHER_MAX_WORLD):
+            return self._sync_gathered(header, local, names, rows, fns, extra)
         head, low, high = self._extremes(fns, header, local)
         if head[HEADER_ERROR]:
             raise RankFailure(f'{self.owner}.update() failed on rank '
@@ -251,6 +289,47 @@ class NameTable:
         block = None if extra is None else extra(self.names, low, high)
         merged, summed = reduce_moments(local, low, high, fns, block)
         return self._evict(merged, summed)
+
+    def _sync_gathered(self, header: np.ndarray, local: np.ndarray,
+                       names: List[str], rows: np.ndarray, fns: ReduceFns,
+                       extra: Optional[Callable[[List[str]],
+                                                np.ndarray]]) -> tuple:
+        """:meth:`sync_with` for small groups: one ``all_gather`` of
+        ``[header, rows, extra]`` in steady state (a table that changes
+        costs the name agreement and a second gather)."""
+        head, merged, summed = self._gather(fns, header, local, extra)
+        if head[HEADER_ERROR]:
+            raise RankFailure(f'{self.owner}.update() failed on rank '
+                              f'{int(head[HEADER_ERROR]) - 1}')
+        if head[HEADER_NEW]:
+            local = self._admit(names, rows, fns)[0]
+            _, merged, summed = self._gather(fns, np.zeros(HEADER_WIDTH),
+                                             local, extra)
+        if not self.names:
+            return [], np.zeros((0, ROW_WIDTH)), None
+        return self._evict(merged, summed)
+
+    def _gather(self, fns: ReduceFns, header: np.ndarray, local: np.ndarray,
+                extra: Optional[Callable[[List[str]], np.ndarray]]) -> tuple:
+        """One all_gather: the max header, merged rows, summed ``extra``."""
+        size = len(self.names)
+        block = None if extra is None or not size else np.asarray(
+            extra(self.names), np.float64).reshape(size, -1)
+        parts = [header, local.ravel()]
+        if block is not None:
+            parts.append(block.ravel())
+        gathered = fns.all_gather(np.concatenate(parts))
+        head = gathered[:, :HEADER_WIDTH].max(0)
+        body = gathered[:, HEADER_WIDTH:HEADER_WIDTH + size * ROW_WIDTH]
+        merged = merge_gathered(body.reshape(len(body), size, ROW_WIDTH))
+        summed = None
+        if block is not None:  # summed in rank order: same bits everywhere
+            tail = gathered[:, HEADER_WIDTH + size * ROW_WIDTH:]
+            summed = tail[0].copy()
+            for other in tail[1:]:
+                summed += other
+            summed = summed.reshape(block.shape)
+        return head, merged, summed
 
     def _evict(self, merged: np.ndarray,
                summed: Optional[np.ndarray]) -> Tuple[Any, ...]:

@@ -4,9 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from mmstats.stats.moments import (LARGE_CHUNK_NUMEL, M2, MAX, MEAN, MIN,
-                                   NONFINITE, N, reduce_groups, reduce_tensor,
+from mmstats.stats.moments import (M2, MAX, MEAN, MIN, NONFINITE, N,
+                                   merge_rows, reduce_groups, reduce_tensor,
                                    reduce_values)
+
+# Sizes around the old chunk size of the CPU reduction.
+LARGE_CHUNK_NUMEL = 131072
 
 
 def expected_row(values: np.ndarray) -> np.ndarray:
@@ -35,7 +38,8 @@ def assert_row(row: torch.Tensor, values: np.ndarray) -> None:
     4 * LARGE_CHUNK_NUMEL + 7
 ])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
-def test_reduce_tensor_matches_numpy(numel, dtype):
+@pytest.mark.parametrize('sync_free', [False, True])
+def test_reduce_tensor_matches_numpy(numel, dtype, sync_free):
     gen = torch.Generator().manual_seed(numel)
     x = (torch.randn(numel, generator=gen, dtype=torch.float64) * 3 +
          1e4).to(dtype)
@@ -44,7 +48,8 @@ def test_reduce_tensor_matches_numpy(numel, dtype):
            ]] = torch.tensor([float('nan'),
                               float('inf'), -float('inf')],
                              dtype=dtype)
-    row = reduce_tensor(x.reshape(-1, 1) if numel % 2 else x)
+    row = reduce_tensor(x.reshape(-1, 1) if numel % 2 else x, sync_free)
+    row = merge_rows(row[None], torch.zeros(1, dtype=torch.long), 1)[0]
     assert row.shape == (6, ) and row.dtype == torch.float64
     assert_row(row, x.double().numpy())
 
@@ -53,12 +58,16 @@ def test_reduce_tensor_empty():
     assert_row(reduce_tensor(torch.zeros(0, 3)), np.zeros(0))
 
 
-def test_reduce_tensor_all_nonfinite_chunks():
+@pytest.mark.parametrize('sync_free', [False, True])
+def test_reduce_tensor_all_nonfinite(sync_free):
     x = torch.full((2 * LARGE_CHUNK_NUMEL + 3, ), float('nan'))
+    seg = torch.zeros(1, dtype=torch.long)
     x[5] = 2.5
-    assert_row(reduce_tensor(x), x.double().numpy())
+    row = merge_rows(reduce_tensor(x, sync_free)[None], seg, 1)[0]
+    assert_row(row, x.double().numpy())
     x[5] = float('inf')
-    assert_row(reduce_tensor(x), x.double().numpy())
+    row = merge_rows(reduce_tensor(x, sync_free)[None], seg, 1)[0]
+    assert_row(row, x.double().numpy())
 
 
 def test_reduce_values_is_stable_far_from_zero():
@@ -79,14 +88,43 @@ def test_reduce_groups_matches_numpy():
 
 
 @pytest.mark.parametrize('dtype', [torch.int64, torch.bool, torch.float16])
-def test_reduce_tensor_other_dtypes(dtype):
+@pytest.mark.parametrize('sync_free', [False, True])
+def test_reduce_tensor_other_dtypes(dtype, sync_free):
     x = (torch.arange(2 * LARGE_CHUNK_NUMEL + 5) % 7).to(dtype)
-    assert_row(reduce_tensor(x), x.double().numpy())
+    assert_row(reduce_tensor(x, sync_free), x.double().numpy())
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
-def test_reduce_tensor_leaves_its_input_alone(dtype):
+@pytest.mark.parametrize('sync_free', [False, True])
+def test_reduce_tensor_leaves_its_input_alone(dtype, sync_free):
     x = torch.randn(3 * LARGE_CHUNK_NUMEL, dtype=dtype) + 5
+    x[7] = float('nan')  # the masked path too
     before = x.clone()
-    reduce_tensor(x)
-    assert torch.equal(x, before)
+    reduce_tensor(x, sync_free)
+    reduce_tensor(x[8:], sync_free)
+    torch.testing.assert_close(x, before, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16])
+def test_report_issues_no_more_aten_ops_than_stylegan3(dtype):
+    """Host work per report() call, counted (device-independent): never
+    more ATen operations than StyleGAN3's training_stats.report, and a
+    fixed number at every size (no per-chunk or per-element loop)."""
+    from mmstats.stats import Collector, report, reporting
+    from tools.benchmarks.stylegan3_ref import count_aten_ops, stylegan3_report
+    reporting.reset()
+    collector = Collector()  # noqa: F841 (reports are kept while alive)
+    large = []
+    for numel in (0, 1024, 65536, 1048576):
+        x = torch.randn(numel if numel else ()).to(dtype) + 3
+        report('x', x)  # steady state: the name is known to both
+        stylegan3_report('x', x)
+        ours = count_aten_ops(lambda: report('x', x))
+        theirs = count_aten_ops(lambda: stylegan3_report('x', x))
+        assert len(ours) <= len(theirs), (numel, ours, theirs)
+        if numel > 4096:
+            large.append(len(ours))
+            device_path = count_aten_ops(lambda: reduce_tensor(x, True))
+            assert len(device_path) == 11, device_path
+    assert large[0] == large[1] == 7
+    reporting.reset()

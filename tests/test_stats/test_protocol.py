@@ -8,15 +8,16 @@ import pytest
 
 from mmstats.stats.moments import (M2, MAX, MEAN, MIN, NONFINITE, N,
                                    reduce_groups)
-from mmstats.stats.protocol import NameTable, RankFailure
+from mmstats.stats.protocol import GATHER_MAX_WORLD, NameTable, RankFailure
 
 
 class FakeRanks:
     """``world`` simulated ranks; collectives sum / max / gather the
     payloads of all ranks in rank order (identical bits for everyone)."""
 
-    def __init__(self, world):
+    def __init__(self, world, gather=True):
         self.world = world
+        self.gather = gather  # offer all_gather (small-group algorithm)
         self.barrier = threading.Barrier(world, timeout=20)
         self.slots = [None] * world
         self.calls = [[] for _ in range(world)]
@@ -47,7 +48,12 @@ class FakeRanks:
             def all_gather_object(self, obj):
                 return ranks._exchange(rank, 'gather', obj)
 
-        return Fns()
+        class GatherFns(Fns):
+
+            def all_gather(self, x):
+                return np.stack(ranks._exchange(rank, 'all_gather', x.copy()))
+
+        return GatherFns() if self.gather else Fns()
 
     def run(self, fn):
         """``fn(rank, fns)`` on every simulated rank; their results."""
@@ -103,9 +109,10 @@ def sync_all(ranks, tables, per_rank):
     return results
 
 
-@pytest.mark.parametrize('world', [2, 5, 8])
+@pytest.mark.parametrize('world', [2, 5, 8, 9])
 @pytest.mark.parametrize('loc', [0., 1e6, 1e12])
-def test_exact_and_identical_on_every_rank(world, loc):
+@pytest.mark.parametrize('gather', [True, False])
+def test_exact_and_identical_on_every_rank(world, loc, gather):
     rng = np.random.default_rng(world)
     # uneven sizes; one rank has no 'x'; NaN and inf on some ranks
     per_rank = [{
@@ -113,7 +120,7 @@ def test_exact_and_identical_on_every_rank(world, loc):
     } if r != 1 else {} for r in range(world)]
     per_rank[0]['y'] = [math.nan, 2.5, math.inf]
     per_rank[-1]['y'] = [-1.0]
-    ranks = FakeRanks(world)
+    ranks = FakeRanks(world, gather)
     tables = [NameTable(10, 100) for _ in range(world)]
     results = sync_all(ranks, tables, per_rank)
     names, rows = results[0]
@@ -128,11 +135,32 @@ def test_exact_and_identical_on_every_rank(world, loc):
     assert math.isclose(
         rows[0][MEAN], union_x.mean(), rel_tol=1e-14, abs_tol=1e-12)
     assert_row(rows[1], [math.nan, 2.5, math.inf, -1.0])
-    # steady state: 3 collectives whose sizes do not depend on the world
+    ranks.calls = [[] for _ in range(world)]
     steady = sync_all(ranks, tables, per_rank)
     assert steady[0][1].tobytes() == rows.tobytes()
-    calls = ranks.calls[0][-3:]
-    assert calls == [('max', 2 + 2 * 2), ('sum', 3 * 2), ('sum', 2 * 2)]
+    assert GATHER_MAX_WORLD == 4
+    if gather and world <= 4:
+        # small groups, steady state: ONE all_gather of header and rows
+        assert ranks.calls[0] == [('all_gather', 2 + 6 * 2)]
+    else:  # 3 collectives whose sizes do not depend on the world
+        assert ranks.calls[0] == [('max', 2 + 2 * 2), ('sum', 3 * 2),
+                                  ('sum', 2 * 2)]
+
+
+@pytest.mark.parametrize('world', [2, 3])
+def test_gather_and_reduce_agree(world):
+    """Both algorithms publish the same statistics (to rounding)."""
+    rng = np.random.default_rng(7)
+    per_rank = [{
+        'a': rng.normal(5., 2., 4 + r).tolist(),
+        'b': [math.inf, float(r)]
+    } for r in range(world)]
+    out = {}
+    for gather in (True, False):
+        tables = [NameTable(10, 100) for _ in range(world)]
+        out[gather] = sync_all(FakeRanks(world, gather), tables, per_rank)[0]
+    assert out[True][0] == out[False][0] == ['a', 'b']
+    np.testing.assert_allclose(out[True][1], out[False][1], rtol=1e-13)
 
 
 def test_new_names_agree_and_bound_is_deterministic():

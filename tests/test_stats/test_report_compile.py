@@ -124,3 +124,49 @@ def test_runner_compile_true(tmp_path):
     assert len(hook.counts) == 5
     assert all(c == hook.counts[0] and c > 0 for c in hook.counts)
     assert np.isfinite(hook.collector.mean('model/feat_norm'))
+
+
+# Run in a fresh interpreter: ``import mmstats`` must leave torch's
+# process-wide state as mmstats' dependencies (mmengine) left it, and
+# compile support must still be set up, lazily, on the first trace.
+_FRESH_IMPORT = r'''
+import sys
+import torch
+import mmengine.dataset, mmengine.dist, mmengine.hooks, mmengine.logging
+import mmengine.model, mmengine.optim, mmengine.registry, mmengine.runner
+import mmengine.utils
+had_dynamo = 'torch._dynamo' in sys.modules
+before = list(torch.serialization.get_safe_globals())
+import mmstats
+from mmstats.stats import Collector, report
+assert not had_dynamo, 'mmengine imported dynamo: the check is void'
+assert 'torch._dynamo' not in sys.modules, 'import mmstats imported dynamo'
+after = list(torch.serialization.get_safe_globals())
+assert after == before, [g for g in after if g not in before]
+
+def step(x, lr):
+    report('x', x * 2)
+    report('lr', lr)  # a Python float: a graph break into eager report()
+    return x + 1
+
+compiled = torch.compile(step)
+collector = Collector(keep_previous=False)
+for i in range(5):
+    # one warm-up recompile makes the changing float dynamic
+    torch._dynamo.config.error_on_recompile = i >= 2
+    compiled(torch.full((3, ), float(i)), 0.5 * i)
+collector.update()
+assert collector.num('x') == 15 and collector.mean('x') == 4.0
+assert collector.num('lr') == 5 and collector.mean('lr') == 1.0
+print('ok')
+'''
+
+
+def test_import_changes_no_torch_state_and_compile_still_works():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, '-c', _FRESH_IMPORT],
+                         capture_output=True,
+                         text=True,
+                         timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == 'ok', out.stderr

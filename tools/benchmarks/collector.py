@@ -1,10 +1,11 @@
 """Benchmark Collector.update() on 2/4/8 gloo processes and its name bound.
 
 Prints, per world size, the median time of ``update()`` with 200 names
-beside the same collectives run bare (no Collector around them) and the
-old design's all_gather of ``1 + 6 x names`` float64, plus the bytes each
-rank sends and receives (ring all_reduce: ``2 (W-1)/W`` x payload each way;
-all_gather: payload out to ``W-1`` peers, ``(W-1)`` x payload in). Then, in
+(interleaved repeats) beside the same collectives run bare (no Collector
+around them) and the old design's all_gather of ``1 + 6 x names`` float64,
+the ratio ours / old, and the collectives one steady-state update issues
+(up to ``GATHER_MAX_WORLD`` ranks one all_gather, beyond it three
+all_reduces of a payload flat in the world size). Then, in
 one process, the first and last updates of 5000 names reported one per
 step with ``update()`` every 10 steps and ``max_names=1000``.
 
@@ -26,7 +27,6 @@ from tests.helpers.dist import run_distributed  # noqa: E402
 
 NAMES = 200
 REPEATS = 30
-F64_BYTES = 8
 
 
 def _worker(rank, world, repeats):
@@ -34,23 +34,37 @@ def _worker(rank, world, repeats):
     collector = Collector()
     sizes = []
     orig = dist.all_reduce
+    orig_gather = dist.all_gather
 
     def counting(tensor, *args, **kwargs):
-        sizes.append(tensor.numel())
+        sizes.append(('all_reduce', tensor.numel()))
         return orig(tensor, *args, **kwargs)
+
+    def counting_gather(out, tensor, *args, **kwargs):
+        sizes.append(('all_gather', tensor.numel()))
+        return orig_gather(out, tensor, *args, **kwargs)
 
     def one_update():
         for name in names:
             report(name, float(rank))
+        dist.barrier()  # rank skew is not update()'s cost
         start = time.perf_counter()
         collector.update()
         return time.perf_counter() - start
 
     one_update()  # the table settles
-    dist.all_reduce = counting
+    dist.all_reduce, dist.all_gather = counting, counting_gather
     one_update()
-    dist.all_reduce = orig
-    bare = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    dist.all_reduce, dist.all_gather = orig, orig_gather
+
+    def bare_collectives():
+        for kind, n in sizes:
+            tensor = torch.zeros(n, dtype=torch.float64)
+            if kind == 'all_reduce':
+                dist.all_reduce(tensor)
+            else:
+                dist.all_gather([torch.empty_like(tensor)] * world, tensor)
+
     gathered = [torch.zeros(1 + 6 * NAMES, dtype=torch.float64)] * world
     old_payload = torch.zeros(1 + 6 * NAMES, dtype=torch.float64)
     times = {'update': [], 'bare': [], 'old gather': []}
@@ -58,8 +72,7 @@ def _worker(rank, world, repeats):
         times['update'].append(one_update())
         dist.barrier()
         start = time.perf_counter()
-        for tensor in bare:
-            dist.all_reduce(tensor)
+        bare_collectives()
         times['bare'].append(time.perf_counter() - start)
         dist.barrier()
         start = time.perf_counter()
@@ -89,18 +102,14 @@ def main():
     args = parser.parse_args()
     print(f'Collector.update(), {NAMES} names, medians of {args.repeats}')
     print(f'{"ranks":>5} {"update ms":>10} {"bare ms":>8} '
-          f'{"old gather ms":>14} {"new B out/in":>14} {"old B in":>10}')
+          f'{"old gather ms":>14} {"ours/old":>9}  collectives (float64)')
     for world in args.worlds:
         results = run_distributed(_worker, world, args.repeats, timeout=600)
         times, sizes = results[0]
-        payload = sum(sizes) * F64_BYTES
-        ring = 2 * (world - 1) / world * payload
-        old_in = (world - 1) * (1 + 6 * NAMES) * F64_BYTES
         print(f'{world:>5} {times["update"] * 1e3:>10.3f} '
               f'{times["bare"] * 1e3:>8.3f} '
               f'{times["old gather"] * 1e3:>14.3f} '
-              f'{ring:>14.0f} {old_in:>10.0f}   '
-              f'(collectives {sizes} float64)')
+              f'{times["update"] / times["old gather"]:>8.2f}x  {sizes}')
     times, sizes = _bounded_names()
     first, last = np.median(times[1:6]), np.median(times[-5:])
     print(f'5000 names, one per step, update every 10 steps, max_names=1000:'

@@ -34,7 +34,12 @@ from torch import nn
 from mmstats import Collector, report, update_bn_stats
 
 sys.path.insert(0, __file__.rsplit('/', 1)[0])
+import stylegan3_ref  # noqa: E402
 from gpu_runner import hook_overhead  # noqa: E402
+
+count_aten_ops = stylegan3_ref.count_aten_ops
+stylegan3_report = stylegan3_ref.stylegan3_report
+stylegan3_reset = stylegan3_ref.stylegan3_reset
 
 IMAGE = 224
 
@@ -84,12 +89,17 @@ def resnet50() -> nn.Module:
     return nn.Sequential(*layers)
 
 
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def timed(fn: Callable[[], object]) -> float:
     """Seconds ``fn()`` takes, device work included."""
-    torch.cuda.synchronize()
+    _sync()
     start = time.perf_counter()
     fn()
-    torch.cuda.synchronize()
+    _sync()
     return time.perf_counter() - start
 
 
@@ -168,62 +178,68 @@ def _precise_bn_times(model: nn.Module,
     return interleaved(fns, repeats)
 
 
-def stylegan3_report(counters: dict) -> Callable:
-    """StyleGAN3's ``torch_utils/training_stats.report`` (NVIDIA, 2021,
-    https://github.com/NVlabs/stylegan3), re-written faithfully for this
-    comparison: float32 moments [count, sum, sum of squares] stacked, cast
-    to float64 and added to a per-name, per-device counter."""
-
-    def sg3_report(name, value):
-        if name not in counters:
-            counters[name] = dict()
-        elems = torch.as_tensor(value)
-        if elems.numel() == 0:
-            return value
-        elems = elems.detach().flatten().to(torch.float32)
-        moments = torch.stack([
-            torch.ones_like(elems).sum(),
-            elems.sum(),
-            elems.square().sum(),
-        ])
-        moments = moments.to(torch.float64)
-        device = moments.device
-        if device not in counters[name]:
-            counters[name][device] = torch.zeros_like(moments)
-        counters[name][device].add_(moments)
-        return value
-
-    return sg3_report
+SIZES = (0, 1024, 65536, 1048576)  # 0: a 0-d tensor
 
 
-def bench_report(calls: int, repeats: int) -> None:
+def bench_report(calls: int, repeats: int, device: str = 'cuda') -> None:
+    """report() per call beside StyleGAN3's report at four sizes, float32
+    and float16: ATen ops (exact) and microseconds with their ratio."""
     collector = Collector()
-    sg3 = stylegan3_report({})
-    print(f'\n== report() us per call on CUDA tensors ({calls} calls, '
-          f'median of {repeats}) ==')
-    print(f'{"value":>22} {"mmstats":>8} {"StyleGAN3":>9}')
-    for label, value in (('0-d float32', torch.tensor(1.5, device='cuda')),
-                         ('1024 float32', torch.randn(1024, device='cuda')),
-                         ('1M float16',
-                          torch.randn(
-                              1 << 20, device='cuda', dtype=torch.float16))):
+    print(f'\n== report() per call on {device} tensors beside StyleGAN3 '
+          f'(median of {repeats} interleaved repeats) ==')
+    print(f'{"value":>16} {"ops":>4} {"SG3 ops":>8} {"us":>9} '
+          f'{"SG3 us":>9} {"ratio":>6}')
+    for dtype in (torch.float32, torch.float16):
+        for numel in SIZES:
+            value = torch.randn(
+                numel if numel else (), device=device).to(dtype) + 3
+            report('bench/value', value)  # steady state for both
+            stylegan3_report('bench/value', value)
+            ops = len(count_aten_ops(lambda: report('bench/value', value)))
+            sg3_ops = len(
+                count_aten_ops(lambda: stylegan3_report('bench/value', value)))
+            n = max(calls * 1024 // max(numel, 1024), 3)
 
-        def loop(fn, value=value):
+            def loop(fn, value=value, n=n):
 
-            def run():
-                for _ in range(calls):
-                    fn('bench/value', value)
+                def run():
+                    for _ in range(n):
+                        fn('bench/value', value)
 
-            return run
+                return run
 
-        med = interleaved(dict(mmstats=loop(report), sg3=loop(sg3)), repeats)
-        collector.update()
-        print(f'{label:>22} {med["mmstats"] / calls * 1e6:8.2f} '
-              f'{med["sg3"] / calls * 1e6:9.2f}')
-    bench_compiled_report(calls, repeats, collector)
+            med = interleaved(
+                dict(mmstats=loop(report), sg3=loop(stylegan3_report)),
+                repeats)
+            collector.update()
+            label = f'{numel or "0-d"} {str(dtype)[6:]}'
+            print(f'{label:>16} {ops:>4} {sg3_ops:>8} '
+                  f'{med["mmstats"] / n * 1e6:9.2f} '
+                  f'{med["sg3"] / n * 1e6:9.2f} '
+                  f'{med["mmstats"] / med["sg3"]:5.2f}x')
+    stylegan3_reset()
+    bench_compiled_report(calls, repeats, collector, device)
 
 
-def bench_compiled_report(calls: int, repeats: int, collector) -> None:
+def dry_run() -> None:
+    """The CPU-side logic of this script, without a GPU: report() rows with
+    few calls, and the overhead statistics on made-up paired times."""
+    from gpu_runner import print_overheads
+    torch.set_num_threads(1)
+    bench_report(20, 2, device='cpu')
+    gen = torch.Generator().manual_seed(0)
+    base = (0.1 + 0.001 * torch.rand(20, generator=gen)).tolist()
+    print_overheads({
+        'no mmstats hook':
+        base,
+        'StatsCollectorHook (interval 10)': [b * 1.004 for b in base],
+    })
+
+
+def bench_compiled_report(calls: int,
+                          repeats: int,
+                          collector,
+                          device: str = 'cuda') -> None:
     """A compiled MLP forward with and without 3 report() calls."""
 
     class MLP(nn.Module):
@@ -241,10 +257,10 @@ def bench_compiled_report(calls: int, repeats: int, collector) -> None:
                 report('mlp/h', h)
             return self.fc2(h)
 
-    x = torch.randn(64, 256, device='cuda')
+    x = torch.randn(64, 256, device=device)
     fns = {}
     for reports in (False, True):
-        compiled = torch.compile(MLP(reports).cuda())
+        compiled = torch.compile(MLP(reports).to(device))
         fns[reports] = (lambda c=compiled: [c(x) for _ in range(calls)])
     try:
         med = interleaved(fns, repeats)
@@ -266,9 +282,22 @@ def main() -> None:
     parser.add_argument(
         '--hook-repeats',
         type=int,
-        default=5,
-        help='interleaved Runner runs per configuration')
+        default=20,
+        help='paired rounds of interleaved Runner runs (>= 20 for the '
+        'confidence interval the targets need)')
+    parser.add_argument(
+        '--all-configs',
+        action='store_true',
+        help='also the hooks at interval 1 (longer)')
+    parser.add_argument(
+        '--dry-run',
+        action='store_true',
+        help='check the script on CPU: report() rows with few calls and '
+        'the overhead statistics on made-up times; no GPU needed')
     args = parser.parse_args()
+    if args.dry_run:
+        dry_run()
+        return
     if not torch.cuda.is_available():
         sys.exit('tools/benchmarks/gpu.py needs a CUDA device (none is '
                  'visible to torch here); the CPU benchmarks are '
@@ -287,8 +316,9 @@ def main() -> None:
     if args.only in (None, 'hook'):
         hook_overhead(
             resnet50,
-            iters=20 if quick else 110,
-            repeats=1 if quick else args.hook_repeats)
+            iters=20 if quick else 60,
+            repeats=2 if quick else args.hook_repeats,
+            all_configs=args.all_configs)
 
 
 if __name__ == '__main__':

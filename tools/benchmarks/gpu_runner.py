@@ -7,10 +7,11 @@ model's forward, backward and optimizer step plus the Runner's own hooks
 hidden behind data loading. The model reports, like a user's would, the
 loss and the per-sample feature norm (no-ops without a Collector).
 """
+import math
 import statistics
 import tempfile
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -118,30 +119,34 @@ def _run(work_dir: str, iters: int, hooks: List[dict], tag: str) -> float:
     return timer.seconds_per_iter
 
 
-def _configs() -> Dict[str, List[dict]]:
+def _configs(all_configs: bool = False) -> Dict[str, List[dict]]:
     stats = dict(type='mmstats.StatsCollectorHook')
-    configs = {
-        'no mmstats hook': [],
-        'StatsCollectorHook (interval 10)': [stats],
-        'StatsCollectorHook (interval 1)': [dict(stats, interval=1)],
-    }
     module_stats = dict(
         type='mmstats.ModuleStatsHook', modules=r'backbone\.layer\d')
     # ModuleStatsHook instruments the iterations StatsCollectorHook publishes
-    configs['+ ModuleStatsHook (interval 10)'] = [stats, module_stats]
-    configs['+ ModuleStatsHook (interval 1)'] = [
-        dict(stats, interval=1), module_stats
-    ]
+    configs = {
+        'no mmstats hook': [],
+        'StatsCollectorHook (interval 10)': [stats],
+        '+ ModuleStatsHook (interval 10)': [stats, module_stats],
+    }
+    if all_configs:
+        configs['StatsCollectorHook (interval 1)'] = [dict(stats, interval=1)]
+        configs['+ ModuleStatsHook (interval 1)'] = [
+            dict(stats, interval=1), module_stats
+        ]
     return configs
 
 
-def hook_overhead(build_backbone: Callable, iters: int, repeats: int) -> None:
+def hook_overhead(build_backbone: Callable,
+                  iters: int,
+                  repeats: int,
+                  all_configs: bool = False) -> None:
     """Print seconds per iteration and overhead of each configuration
-    (interleaved runs, median over ``repeats``)."""
+    (``repeats`` paired rounds of interleaved runs)."""
     GpuBenchResNet.build_backbone = staticmethod(build_backbone)
     # no autotuner: every Runner gets the same convolution algorithms
     torch.backends.cudnn.benchmark = False
-    configs = _configs()
+    configs = _configs(all_configs)
     print(f'\n== Runner, ResNet-50 AMP batch {BATCH}: seconds per '
           f'iteration over iterations {WARMUP + 1}-{iters} (median of '
           f'{repeats} interleaved runs) ==')
@@ -153,17 +158,64 @@ def hook_overhead(build_backbone: Callable, iters: int, repeats: int) -> None:
     print_overheads(times)
 
 
+def paired_overhead(values: List[float],
+                    base_runs: List[float]) -> Tuple[float, float, float]:
+    """Mean paired overhead (run ``i`` over run ``i`` without hooks, so
+    slow drift between rounds cancels) and its 95% confidence interval
+    (Student's t on the paired log ratios), as fractions."""
+    logs = [math.log(v / b) for v, b in zip(values, base_runs)]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.expm1(mean), math.nan, math.nan
+    half = _T975.get(len(logs) - 1, 1.96) * statistics.stdev(logs) / (
+        math.sqrt(len(logs)))
+    return math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half)
+
+
+# Student's t, 97.5% quantile, by degrees of freedom (normal beyond 30).
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    21: 2.080,
+    22: 2.074,
+    23: 2.069,
+    24: 2.064,
+    25: 2.060,
+    26: 2.056,
+    27: 2.052,
+    28: 2.048,
+    29: 2.045,
+    30: 2.042
+}
+
+
 def print_overheads(times: Dict[str, List[float]]) -> None:
-    """Median seconds per iteration of each configuration, its overhead
-    over the median without hooks, and the median of the paired ratios
-    (run ``i`` of a configuration over run ``i`` without hooks: slow drift
-    of the GPU's speed between rounds cancels)."""
+    """Median seconds per iteration of each configuration and its paired
+    overhead over the runs without hooks, with a 95% confidence
+    interval."""
     base_runs = times['no mmstats hook']
-    base = statistics.median(base_runs)
+    print(f'{len(base_runs)} paired rounds')
     for name, values in times.items():
         med = statistics.median(values)
-        paired = statistics.median(v / b for v, b in zip(values, base_runs))
-        runs = ', '.join(f'{v * 1e3:.2f}' for v in values)
-        print(f'{name:>34}: {med * 1e3:8.2f} ms/iter  overhead '
-              f'{(med / base - 1) * 100:+6.2f}%  paired '
-              f'{(paired - 1) * 100:+6.2f}%  (runs: {runs})')
+        mean, low, high = paired_overhead(values, base_runs)
+        print(f'{name:>34}: {med * 1e3:8.2f} ms/iter  paired overhead '
+              f'{mean * 100:+6.2f}% (95% CI {low * 100:+.2f}% .. '
+              f'{high * 100:+.2f}%)')

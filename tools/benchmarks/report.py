@@ -2,11 +2,15 @@
 
 Prints, measured in this one run (CPU, ``torch.set_num_threads(1)``):
 
-1. microseconds per call (median over repeats of many calls, a Collector
-   alive and ``update()`` between repeats, outside the timed region) of
-   ``report()`` for a 0-d tensor, a Python float and a 1024-element tensor,
-   beside torchmetrics' ``MeanMetric(nan_strategy='disable').update`` and
-   mmengine's ``MessageHub.update_scalar``;
+1. per ``report()`` call, beside StyleGAN3's ``training_stats.report`` in
+   the same run, for a 0-d tensor and 1,024 / 65,536 / 1,048,576 elements,
+   float32 and float16: the ATen operations it issues (counted with a
+   ``TorchDispatchMode``: exact, the same on every device) and the
+   microseconds per call (median over interleaved repeats, a Collector
+   alive and ``update()`` between repeats, outside the timed region) with
+   the ratio to StyleGAN3's; then ``report(float)``, torchmetrics'
+   ``MeanMetric(nan_strategy='disable').update`` and mmengine's
+   ``MessageHub.update_scalar`` as ratios to StyleGAN3's 0-d call;
 2. time of ``Collector.update()`` for 200 names over 2 gloo processes,
    beside 200 torchmetrics ``MeanMetric.compute()`` calls (with their dist
    sync) over 2 gloo processes;
@@ -24,6 +28,7 @@ import argparse
 import os
 import socket
 import statistics
+import sys
 import time
 from typing import List, Tuple
 
@@ -34,40 +39,12 @@ from torch.fx.node import has_side_effect
 
 from mmstats.stats import Collector, report
 
-# --------------------------------------------------------------------------
-# Reference: StyleGAN3's training_stats.report (NVIDIA, NVlabs/stylegan3,
-# torch_utils/training_stats.py, Nvidia Source Code License), copied as
-# published apart from module globals renamed, to time it in the same run.
-# --------------------------------------------------------------------------
-_SG3_COUNTERS = dict()
-_SG3_DTYPE = torch.float64
-_SG3_NUM_MOMENTS = 3
-_SG3_COUNTER_DTYPE = torch.float64
-_SG3_SYNC_DEVICE = None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stylegan3_ref  # noqa: E402
 
-
-def stylegan3_report(name, value):
-    if name not in _SG3_COUNTERS:
-        _SG3_COUNTERS[name] = dict()
-
-    elems = torch.as_tensor(value)
-    if elems.numel() == 0:
-        return value
-
-    elems = elems.detach().flatten().to(_SG3_DTYPE)
-    moments = torch.stack([
-        torch.ones_like(elems).sum(),
-        elems.sum(),
-        elems.square().sum(),
-    ])
-    assert moments.ndim == 1 and moments.shape[0] == _SG3_NUM_MOMENTS
-    moments = moments.to(_SG3_COUNTER_DTYPE)
-
-    device = moments.device
-    if device not in _SG3_COUNTERS[name]:
-        _SG3_COUNTERS[name][device] = torch.zeros_like(moments)
-    _SG3_COUNTERS[name][device].add_(moments)
-    return value
+count_aten_ops = stylegan3_ref.count_aten_ops
+stylegan3_report = stylegan3_ref.stylegan3_report
+stylegan3_reset = stylegan3_ref.stylegan3_reset
 
 
 def per_call_us(fn, value, calls, repeats, between=None):
@@ -83,32 +60,50 @@ def per_call_us(fn, value, calls, repeats, between=None):
     return statistics.median(times[1:])
 
 
-def bench_report(calls, repeats):
-    from mmengine.logging import MessageHub
-    from torchmetrics import MeanMetric
+SIZES = (0, 1024, 65536, 1048576)  # 0: a 0-d tensor
 
+
+def bench_report(calls, repeats):
+    """report() beside StyleGAN3's report, per size and dtype: ATen ops per
+    call (exact) and microseconds per call with their ratio (one run)."""
+    from mmengine.logging import MessageHub
     torch.set_num_threads(1)
     collector = Collector()
+    print(f'## report() per call beside StyleGAN3 training_stats.report '
+          f'(1 thread, median of {repeats} repeats)')
+    print(f'{"value":24s} {"ops":>4} {"SG3 ops":>8} {"us":>9} '
+          f'{"SG3 us":>9} {"ratio":>6}')
+    sg3_zero_d = None
+    for dtype in (torch.float32, torch.float16):
+        for numel in SIZES:
+            x = torch.randn(numel if numel else ()).to(dtype) + 3
+            report('x', x)  # steady state for both
+            stylegan3_report('x', x)
+            ops = len(count_aten_ops(lambda: report('x', x)))
+            sg3_ops = len(count_aten_ops(lambda: stylegan3_report('x', x)))
+            n = max(calls * 1024 // max(numel, 1024), 3)
+            ours_us, sg3_us = interleaved_us(
+                [lambda v: report('x', v), lambda v: stylegan3_report('x', v)],
+                x, n, repeats, collector.update)
+            if numel == 0 and dtype is torch.float32:
+                sg3_zero_d = sg3_us
+            label = f'{"0-d" if not numel else numel} {str(dtype)[6:]}'
+            print(f'{label:24s} {ops:>4} {sg3_ops:>8} {ours_us:>9.2f} '
+                  f'{sg3_us:>9.2f} {ours_us / sg3_us:>5.2f}x')
+    stylegan3_reset()
     zero_d = torch.tensor(1.5)
-    vec = torch.randn(1024)
-    rows = [
-        ('report(0-d tensor)', lambda v: report('loss', v), zero_d),
-        ('report(float)', lambda v: report('lr', v), 1.5),
-        ('report(1024-elem tensor)', lambda v: report('act', v), vec),
-    ]
-    rows += [
-        ('StyleGAN3 training_stats.report(0-d tensor) [reference]',
-         lambda v: stylegan3_report('loss', v), zero_d),
-        ('StyleGAN3 training_stats.report(float) [reference]',
-         lambda v: stylegan3_report('lr', v), 1.5),
-    ]
-    metric = MeanMetric(nan_strategy='disable')
-    rows += [
-        ("torchmetrics MeanMetric(nan_strategy='disable').update(0-d)",
-         metric.update, zero_d),
-        ('torchmetrics MeanMetric.update(float)', metric.update, 1.5),
-    ]
     hub = MessageHub.get_current_instance()
+    rows = [('report(float)', lambda v: report('lr', v), 1.5)]
+    metric = None
+    try:
+        from torchmetrics import MeanMetric
+    except ImportError:
+        print('(torchmetrics is not installed: its row is left out)')
+    else:
+        metric = MeanMetric(nan_strategy='disable')
+        rows.append(
+            ("torchmetrics MeanMetric(nan_strategy='disable').update(0-d)",
+             metric.update, zero_d))
     rows += [
         ('mmengine MessageHub.update_scalar(0-d tensor)',
          lambda v: hub.update_scalar('train/loss', v), zero_d),
@@ -118,13 +113,30 @@ def bench_report(calls, repeats):
 
     def between():
         collector.update()
-        metric.reset()
+        if metric is not None:
+            metric.reset()
 
-    print(f'## per call, us (1 thread, {calls} calls x {repeats} repeats, '
-          'median)')
+    print('## other calls, us per call (ratio to StyleGAN3 report(0-d '
+          'float32) above)')
     for label, fn, value in rows:
         us = per_call_us(fn, value, calls, repeats, between)
-        print(f'{label:62s} {us:8.2f}')
+        print(f'{label:62s} {us:8.2f}  {us / sg3_zero_d:5.2f}x')
+
+
+def interleaved_us(fns, value, calls, repeats, between=None):
+    """Medians of the time per call of each ``fn(value)``, repeats
+    interleaved (drifts hit every function alike)."""
+    times = [[] for _ in fns]
+    for rep in range(repeats + 1):  # the first repeat is a warm-up
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn(value)
+            if rep:
+                times[i].append((time.perf_counter() - start) / calls * 1e6)
+            if between is not None:
+                between()
+    return [statistics.median(t) for t in times]
 
 
 # --------------------------------------------------------------------------
