@@ -275,7 +275,9 @@ class NameTable:
         has_new = any(name not in self._index for name in names)
         header = np.array([fns.rank + 1. if failed else 0., float(has_new)])
         local = self._align(self.names, names, rows)
-        if (getattr(fns, 'all_gather', None) is not None
+        # the sketch block is sized by the global extremes: it needs the
+        # MAX collective first, so sketching collectors take the reduce path
+        if (extra is None and getattr(fns, 'all_gather', None) is not None
                 and fns.world_size <= GATHER_MAX_WORLD):
             return self._sync_gathered(header, local, names, rows, fns, extra)
         head, low, high = self._extremes(fns, header, local)
