@@ -18,8 +18,9 @@ table.
 
 Small groups (at most ``GATHER_MAX_WORLD`` ranks, and a ``ReduceFns`` with
 ``all_gather``) take ONE collective instead: an ``all_gather`` of
-``[header, rows, extra]``, merged on every rank in rank order (Chan's
-pairwise formula, identical bits everywhere). There a collective's latency
+``[header, rows]``, merged on every rank in rank order (Chan's pairwise
+formula, identical bits everywhere); a sketching collector adds one SUM of
+its block, sized by the gathered extremes. There a collective's latency
 costs more than its payload, which grows with the world size (``W - 1``
 rows in per name). See ``docs/stats.md`` for the rationale and the costs.
 """
@@ -275,9 +276,7 @@ class NameTable:
         has_new = any(name not in self._index for name in names)
         header = np.array([fns.rank + 1. if failed else 0., float(has_new)])
         local = self._align(self.names, names, rows)
-        # the sketch block is sized by the global extremes: it needs the
-        # MAX collective first, so sketching collectors take the reduce path
-        if (extra is None and getattr(fns, 'all_gather', None) is not None
+        if (getattr(fns, 'all_gather', None) is not None
                 and fns.world_size <= GATHER_MAX_WORLD):
             return self._sync_gathered(header, local, names, rows, fns, extra)
         head, low, high = self._extremes(fns, header, local)
@@ -294,44 +293,38 @@ class NameTable:
 
     def _sync_gathered(self, header: np.ndarray, local: np.ndarray,
                        names: List[str], rows: np.ndarray, fns: ReduceFns,
-                       extra: Optional[Callable[[List[str]],
-                                                np.ndarray]]) -> tuple:
+                       extra: Optional[Callable[..., np.ndarray]]) -> tuple:
         """:meth:`sync_with` for small groups: one ``all_gather`` of
-        ``[header, rows, extra]`` in steady state (a table that changes
-        costs the name agreement and a second gather)."""
-        head, merged, summed = self._gather(fns, header, local, extra)
+        ``[header, rows]`` in steady state (a table that changes costs the
+        name agreement and a second gather), plus one SUM of the ``extra``
+        block, which is sized by the gathered extremes."""
+        head, merged = self._gather(fns, header, local)
         if head[HEADER_ERROR]:
             raise RankFailure(f'{self.owner}.update() failed on rank '
                               f'{int(head[HEADER_ERROR]) - 1}')
         if head[HEADER_NEW]:
             local = self._admit(names, rows, fns)[0]
-            _, merged, summed = self._gather(fns, np.zeros(HEADER_WIDTH),
-                                             local, extra)
+            merged = self._gather(fns, np.zeros(HEADER_WIDTH), local)[1]
         if not self.names:
             return [], np.zeros((0, ROW_WIDTH)), None
+        summed = None
+        if extra is not None:  # sized by the global extremes: one more SUM
+            block = np.asarray(
+                extra(self.names, merged[:, MIN], merged[:, MAX]),
+                np.float64)
+            summed = fns.all_reduce_sum(block.ravel()).reshape(block.shape)
         return self._evict(merged, summed)
 
-    def _gather(self, fns: ReduceFns, header: np.ndarray, local: np.ndarray,
-                extra: Optional[Callable[[List[str]], np.ndarray]]) -> tuple:
-        """One all_gather: the max header, merged rows, summed ``extra``."""
+    def _gather(self, fns: ReduceFns, header: np.ndarray,
+                local: np.ndarray) -> tuple:
+        """One all_gather: the max header and the merged rows (in rank
+        order: the same bits on every rank)."""
         size = len(self.names)
-        block = None if extra is None or not size else np.asarray(
-            extra(self.names), np.float64).reshape(size, -1)
-        parts = [header, local.ravel()]
-        if block is not None:
-            parts.append(block.ravel())
-        gathered = fns.all_gather(np.concatenate(parts))
+        gathered = fns.all_gather(np.concatenate([header, local.ravel()]))
         head = gathered[:, :HEADER_WIDTH].max(0)
         body = gathered[:, HEADER_WIDTH:HEADER_WIDTH + size * ROW_WIDTH]
         merged = merge_gathered(body.reshape(len(body), size, ROW_WIDTH))
-        summed = None
-        if block is not None:  # summed in rank order: same bits everywhere
-            tail = gathered[:, HEADER_WIDTH + size * ROW_WIDTH:]
-            summed = tail[0].copy()
-            for other in tail[1:]:
-                summed += other
-            summed = summed.reshape(block.shape)
-        return head, merged, summed
+        return head, merged
 
     def _evict(self, merged: np.ndarray,
                summed: Optional[np.ndarray]) -> Tuple[Any, ...]:
