@@ -56,8 +56,18 @@ class StatsCollectorHook(Hook):
         stats (Sequence[str]): Statistics to publish, from ``'num'``,
             ``'mean'``, ``'std'``, ``'min'``, ``'max'``, ``'nonfinite'`` and
             quantiles ``'pNN'`` (e.g. ``'p50'``, ``'p99.9'``; the collectors
-            then keep quantile sketches, within 1% relative).
-            Defaults to ``('mean', 'std', 'min', 'max')``.
+            then keep quantile sketches, within 1% relative for any float64
+            magnitude. Per name they hold 16 B per bucket seen (a loss:
+            ~0.2 KB; 2**16 randn values: 13 KB), plus 32.8 KB per device
+            for names reporting large tensors, and send per update 8 B x
+            (3 + buckets between its min and max): ~0.2 KB for a loss (1000
+            names: 209 KB), 32.8 KB for values straddling zero, at most 8 MB
+            for all names. ``update()`` of 1000 loss names took ~50 ms more
+            on a shared CPU. Magnitudes more than 17.8 decades below a
+            name's largest, or beyond the 8 MB budget, are counted but get
+            no value: their quantiles are missing, with a warning. See
+            ``docs/quantiles.md``). Defaults to
+            ``('mean', 'std', 'min', 'max')``.
         log_stats (Sequence[str]): The subset of ``stats`` shown in the text
             log line (keeps lines short). Defaults to ``('mean', )``.
         prefix (str): Prefix of the visualizer and message hub keys (the
