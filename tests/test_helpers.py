@@ -34,8 +34,8 @@ def _inspect(rank, world_size):
         pid=os.getpid(),
         hash_seed=hash_seed,
         str_hash=hash('mmstats'),
-        set_order=list(
-            {'loss', 'acc', 'time', 'grad_norm', 'lr', 'data_time'}),
+        set_order=list({'loss', 'acc', 'time', 'grad_norm', 'lr',
+                        'data_time'}),
         names=c.names(),
         count=c.num('fresh'),
         leaked_hub='leaky' in MessageHub._instance_dict,
