@@ -4,8 +4,9 @@
 The distribution is named ``mmengine-stats`` (``pip install
 mmengine-stats``); the import name is ``mmstats`` (the PyPI name
 ``mmstats`` belongs to an unrelated project). Core requirements are only
-what ``import mmstats`` needs (torch, mmengine, numpy). Extras: ``demo`` (projects/digits_demo and the plots), ``tests``,
-``lint``, ``docs``, ``benchmarks``.
+what ``import mmstats`` needs (torch, mmengine, numpy). Extras: ``demo``
+(projects/digits_demo and the plots), ``tests``, ``lint``, ``docs``,
+``benchmarks``.
 """
 import os
 
