@@ -60,12 +60,12 @@ def _hang(rank, world_size):
 
 
 def test_run_distributed_pool_isolation_failures_and_hangs():
-    """One pool of spawned gloo ranks serves every call: per-rank hash
-    seeds, state reset between tasks, a failing or hanging task fails its
-    own call only and the next call gets a fresh pool."""
+    """One pool of spawned gloo ranks serves every call and world size:
+    per-rank hash seeds, state reset between tasks, a failing or hanging
+    task fails its own call only and the next call gets fresh ranks."""
     before = os.environ.get('PYTHONHASHSEED')
     pids = run_distributed(_leak_state, 2)
-    assert pool_pids(2) == pids  # the ranks of the pool ran it
+    assert [pool_pids()[rank] for rank in (0, 1)] == pids  # pooled ranks
     res = run_distributed(_inspect, 2)
     assert [r['pid'] for r in res] == pids  # reused, not respawned
     assert [r['rank'] for r in res] == [0, 1]
@@ -81,20 +81,33 @@ def test_run_distributed_pool_isolation_failures_and_hangs():
     for r in res:
         fresh = torch.Generator().manual_seed(r['seed'])
         assert r['draw'] == torch.rand(1, generator=fresh).item()
+    # another world size: the same processes in a new group, one more rank
+    three = run_distributed(_inspect, 3)
+    assert [r['pid'] for r in three[:2]] == pids
+    assert [(r['rank'], r['world'], r['count']) for r in three] == [
+        (0, 3, 3), (1, 3, 3), (2, 3, 3)
+    ]
+    assert three[2]['hash_seed'] == '3'
 
-    # a failing rank: its traceback, and the pool is replaced
+    # a failing rank: its traceback, and its call's ranks are replaced
     with pytest.raises(RuntimeError, match='(?s)rank 1 failed.*rank one'):
         run_distributed(_fail, 2)
-    assert pool_pids(2) is None
+    assert 0 not in pool_pids() and 1 not in pool_pids()
+    assert pool_pids()[2] == three[2]['pid']
     again = run_distributed(_inspect, 2)
     assert [r['hash_seed'] for r in again] == ['1', '2']
     assert set(r['pid'] for r in again).isdisjoint(pids)
 
-    # a hang: TimeoutError naming the finished ranks, then a fresh pool
+    # a hang: TimeoutError naming the finished ranks, then fresh ranks
+    # (the rank left out keeps its process and joins the new group)
     with pytest.raises(TimeoutError, match=r'finished ranks: \[1\]'):
         run_distributed(_hang, 2, timeout=3)
-    assert run_distributed(_fail, 1) == [0]
-    assert [r['rank'] for r in run_distributed(_inspect, 2)] == [0, 1]
+    after = run_distributed(_inspect, 3)
+    assert [(r['rank'], r['world'], r['count']) for r in after] == [
+        (0, 3, 3), (1, 3, 3), (2, 3, 3)
+    ]
+    assert after[2]['pid'] == three[2]['pid']
+    assert after[0]['pid'] not in (pids[0], again[0]['pid'])
 
 
 def test_toy_dataset_is_deterministic_and_collatable():

@@ -2,11 +2,14 @@
 
 ``run_distributed(fn, world_size, *args)`` calls ``fn(rank, world_size,
 *args)`` on every rank of a real gloo process group and returns what each
-rank returned. Spawning a process group costs seconds (every rank imports
-torch and mmengine), so the ranks are a **pool**: one set of spawned
-processes per world size per pytest session (as torchmetrics' tests do),
-with the default process group initialised once; each call sends the
-pickled ``(fn, args)`` task to every rank of that pool.
+rank returned. Spawning a process costs seconds (each imports torch,
+mmengine and mmstats), so the ranks are a **pool** kept for the whole
+pytest session (as torchmetrics' tests do): process ``r`` serves rank ``r``
+of every call. A call on ``world_size`` ranks uses processes ``0 ..
+world_size - 1`` (spawning the missing ones); they initialise the default
+process group once and keep it until a call with another world size
+re-initialises it (milliseconds), so the 2-, 4- and 8-rank tests of a
+session share the same 8 processes.
 
 Rules a worker function lives by:
 
@@ -24,18 +27,13 @@ default dtype, thread count and seed. The default process group stays.
 
 Failures fail only their test: a rank that raises gives a
 ``RuntimeError`` with its traceback, a call that does not finish within
-``timeout`` seconds gives a ``TimeoutError``; either way the pool is torn
-down (its process group may be out of step) and the next call starts a
-fresh one. Each rank gets its own ``PYTHONHASHSEED`` (rank + 1), fixed when
-the process starts, so set/dict-ordering bugs cannot hide behind a shared
-seed.
-
-Environment: ``MMSTATS_TEST_MAX_RANKS`` (default 16) caps the processes
-of all live pools together; the least recently used pools are closed to
-make room for a new one.
+``timeout`` seconds a ``TimeoutError``; either way the processes of that
+call are stopped (their process group may be out of step) and the next
+call spawns fresh ones. Each process has its own ``PYTHONHASHSEED`` (rank
++ 1), fixed when it starts, so set/dict-ordering bugs cannot hide behind a
+shared seed.
 """
 import atexit
-import collections
 import gc
 import os
 import queue as queue_lib
@@ -43,15 +41,15 @@ import socket
 import time
 import traceback
 import warnings
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-#: Seconds a new pool may take to start (imports + process group).
+#: Seconds new processes may take to start (imports).
 STARTUP_TIMEOUT = 300
-#: Seconds the other ranks get to report once one rank has failed.
+#: Seconds the other ranks get to answer once one rank has failed.
 FAILURE_GRACE = 10
 
 
@@ -93,28 +91,35 @@ class _TaskState:
         gc.collect()  # Runners, DataLoader workers of the last task
 
 
-def _worker(rank: int, world_size: int, port: int, parent_pid: int, tasks,
-            results) -> None:
+def _join_group(rank: int, world_size: int, port: int) -> None:
+    """Make the default process group ``world_size`` ranks on ``port``."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
     os.environ.update(
         MASTER_ADDR='127.0.0.1',
         MASTER_PORT=str(port),
         RANK=str(rank),
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world_size))
+    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+
+
+def _worker(rank: int, parent_pid: int, tasks, results) -> None:
     # the parent reaps its daemonic ranks; a task may still start
     # DataLoader workers (multiprocessing forbids it to daemons)
     mp.current_process()._config['daemon'] = False
     torch.set_num_threads(1)
     try:
-        dist.init_process_group('gloo', rank=rank, world_size=world_size)
         import mmengine.runner  # noqa: F401  (what most tasks need)
 
         import mmstats  # noqa: F401
-        state = _TaskState()
-        results.put((None, rank, True, os.getpid()))
+        import tests.helpers.runner  # noqa: F401
     except BaseException:  # report every failure to the parent
         results.put((None, rank, False, traceback.format_exc()))
         return
+    results.put((None, rank, True, os.getpid()))
+    group: Optional[Tuple[int, int]] = None
+    state = None
     try:
         while True:
             try:
@@ -123,10 +128,15 @@ def _worker(rank: int, world_size: int, port: int, parent_pid: int, tasks,
                 if os.getppid() != parent_pid:  # the parent died
                     return
                 continue
-            if task is None:  # shutdown
-                return
-            task_id, fn, args = task
+            if task is None:  # shutdown: no goodbye to a group
+                os._exit(0)
+            task_id, world_size, port, fn, args = task
             try:
+                if group != (world_size, port):
+                    group = None
+                    _join_group(rank, world_size, port)
+                    group = (world_size, port)
+                    state = _TaskState()
                 state.restore()
                 value = fn(rank, world_size, *args)
                 state.restore()
@@ -138,76 +148,105 @@ def _worker(rank: int, world_size: int, port: int, parent_pid: int, tasks,
             dist.destroy_process_group()
 
 
-class _Pool:
-    """``world_size`` spawned gloo ranks waiting for tasks."""
+class _Rank:
+    """One spawned process, serving rank ``rank`` of every call."""
 
-    def __init__(self, world_size: int) -> None:
-        self.world_size = world_size
-        self.num_tasks = 0
-        ctx = mp.get_context('spawn')
-        self.results = ctx.Queue()
-        self.tasks = [ctx.Queue() for _ in range(world_size)]
-        port = free_port()
-        self.procs = [
-            ctx.Process(
-                target=_worker,
-                args=(rank, world_size, port, os.getpid(), self.tasks[rank],
-                      self.results),
-                daemon=True) for rank in range(world_size)
-        ]
+    def __init__(self, ctx, rank: int, results) -> None:
+        self.rank = rank
+        self.tasks = ctx.Queue()
+        self.proc = ctx.Process(
+            target=_worker,
+            args=(rank, os.getpid(), self.tasks, results),
+            daemon=True)
         saved_seed = os.environ.get('PYTHONHASHSEED')
+        os.environ['PYTHONHASHSEED'] = str(rank + 1)  # read at spawn
         try:
-            for rank, proc in enumerate(self.procs):
-                os.environ['PYTHONHASHSEED'] = str(rank + 1)  # read at spawn
-                proc.start()
+            self.proc.start()
         finally:
             if saved_seed is None:
                 os.environ.pop('PYTHONHASHSEED', None)
             else:
                 os.environ['PYTHONHASHSEED'] = saved_seed
+
+    def stop(self, wait: float) -> None:
         try:
-            self._collect(None, STARTUP_TIMEOUT, 'starting the pool')
-        except BaseException:
-            self.close()
-            raise
+            self.tasks.put(None)
+        except (OSError, ValueError):
+            pass
+        self.proc.join(timeout=wait)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        self.tasks.close()
+        self.tasks.cancel_join_thread()
 
-    def alive(self) -> bool:
-        return all(proc.is_alive() for proc in self.procs)
 
-    def run(self, fn: Callable, args: tuple, timeout: float) -> List[Any]:
+class _Pool:
+    """The spawned ranks of the session and the group the first
+    ``group[0]`` of them share."""
+
+    def __init__(self) -> None:
+        self.ctx = mp.get_context('spawn')
+        self.results = self.ctx.Queue()
+        self.ranks: Dict[int, _Rank] = {}
+        self.group: Optional[Tuple[int, int]] = None  # (world_size, port)
+        self.num_tasks = 0
+
+    def _ensure(self, world_size: int) -> None:
+        """Ranks ``0 .. world_size - 1`` are alive (spawned if needed)."""
+        for rank in range(world_size):
+            entry = self.ranks.get(rank)
+            if entry is not None and not entry.proc.is_alive():
+                self.stop(range(rank, rank + 1))
+        new = [r for r in range(world_size) if r not in self.ranks]
+        for rank in new:
+            self.ranks[rank] = _Rank(self.ctx, rank, self.results)
+        if new:
+            self.group = None  # new processes join a new group
+            try:
+                self._collect(None, new, STARTUP_TIMEOUT, 'starting ranks')
+            except BaseException:
+                self.stop(new)
+                raise
+
+    def run(self, fn: Callable, world_size: int, args: tuple,
+            timeout: float) -> List[Any]:
+        self._ensure(world_size)
+        if self.group is None or self.group[0] != world_size:
+            self.group = (world_size, free_port())
         self.num_tasks += 1
         task_id = self.num_tasks
-        for tasks in self.tasks:
-            tasks.put((task_id, fn, args))
+        for rank in range(world_size):
+            self.ranks[rank].tasks.put(
+                (task_id, world_size, self.group[1], fn, args))
         name = getattr(fn, '__name__', repr(fn))
-        return self._collect(task_id, timeout, name)
+        return self._collect(task_id, list(range(world_size)), timeout,
+                             f'{name} on {world_size} ranks')
 
-    def _collect(self, task_id: Optional[int], timeout: float,
-                 name: str) -> List[Any]:
-        """What each rank answered to ``task_id``, or raise."""
+    def _collect(self, task_id: Optional[int], ranks: List[int],
+                 timeout: float, what: str) -> List[Any]:
+        """What each of ``ranks`` answered to ``task_id``, or raise."""
         deadline = time.monotonic() + timeout
         results: Dict[int, Any] = {}
         failures: Dict[int, str] = {}
-        while len(results) + len(failures) < self.world_size:
+        while len(results) + len(failures) < len(ranks):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             try:
                 tid, rank, ok, value = self.results.get(timeout=min(left, 1))
             except queue_lib.Empty:
-                if not self.alive() and not failures:
-                    dead = [
-                        rank for rank, proc in enumerate(self.procs)
-                        if not proc.is_alive() and rank not in results
-                    ]
-                    if dead:
-                        failures[dead[0]] = (
-                            f'the process died (exit code '
-                            f'{self.procs[dead[0]].exitcode})')
-                        deadline = min(deadline,
-                                       time.monotonic() + FAILURE_GRACE)
+                dead = [
+                    r for r in ranks if r not in results and r not in failures
+                    and not self.ranks[r].proc.is_alive()
+                ]
+                for r in dead:
+                    failures[r] = ('the process died (exit code '
+                                   f'{self.ranks[r].proc.exitcode})')
+                if dead:
+                    deadline = min(deadline, time.monotonic() + FAILURE_GRACE)
                 continue
-            if tid != task_id:
+            if tid != task_id or rank not in ranks:
                 continue  # a late answer to an earlier task
             if ok:
                 results[rank] = value
@@ -218,71 +257,48 @@ class _Pool:
         if failures:
             rank = min(failures)
             raise RuntimeError(
-                f'rank {rank} failed ({name} on {self.world_size} ranks):\n'
-                f'{failures[rank]}')
-        if len(results) < self.world_size:
+                f'rank {rank} failed ({what}):\n{failures[rank]}')
+        if len(results) < len(ranks):
             raise TimeoutError(
-                f'{name} on {self.world_size} ranks did not finish in '
-                f'{timeout}s (hang?); finished ranks: {sorted(results)}')
-        return [results[rank] for rank in range(self.world_size)]
+                f'{what} did not finish in {timeout}s (hang?); finished '
+                f'ranks: {sorted(results)}')
+        return [results[rank] for rank in ranks]
 
-    def close(self) -> None:
-        for tasks in self.tasks:
-            try:
-                tasks.put(None)
-            except (OSError, ValueError):
-                pass
+    def stop(self, ranks=None) -> None:
+        """Stop ``ranks`` (None: all); their group is gone."""
+        ranks = list(self.ranks) if ranks is None else list(ranks)
         deadline = time.monotonic() + 5
-        for proc in self.procs:
-            if proc.pid is None:
-                continue
-            proc.join(timeout=max(0., deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
-        for q in [self.results, *self.tasks]:
-            q.close()
-            q.cancel_join_thread()
+        for rank in ranks:
+            entry = self.ranks.pop(rank, None)
+            if entry is not None:
+                entry.stop(max(0., deadline - time.monotonic()))
+        if ranks:
+            self.group = None
 
 
-_POOLS: 'collections.OrderedDict[int, _Pool]' = collections.OrderedDict()
+_POOL: List[_Pool] = []
 
 
-def _max_ranks() -> int:
-    return int(os.environ.get('MMSTATS_TEST_MAX_RANKS', 16))
-
-
-def _get_pool(world_size: int) -> _Pool:
-    pool = _POOLS.get(world_size)
-    if pool is not None and not pool.alive():
-        shutdown_pools(world_size)
-        pool = None
-    if pool is None:
-        # least recently used first
-        while _POOLS and (sum(_POOLS) + world_size > _max_ranks()):
-            shutdown_pools(next(iter(_POOLS)))
-        pool = _POOLS[world_size] = _Pool(world_size)
-    _POOLS.move_to_end(world_size)
-    return pool
-
-
-def shutdown_pools(world_size: Optional[int] = None) -> None:
-    """Stop the pool of ``world_size`` ranks (None: every pool)."""
-    sizes = list(_POOLS) if world_size is None else [world_size]
-    for size in sizes:
-        pool = _POOLS.pop(size, None)
-        if pool is not None:
-            pool.close()
+def shutdown_pools() -> None:
+    """Stop every pooled rank (at the end of the session)."""
+    while _POOL:
+        pool = _POOL.pop()
+        pool.stop()
+        pool.results.close()
+        pool.results.cancel_join_thread()
 
 
 atexit.register(shutdown_pools)
 
 
-def pool_pids(world_size: int) -> Optional[List[int]]:
-    """The process ids of the live pool of ``world_size`` ranks, or None
-    (for the helper's own tests)."""
-    pool = _POOLS.get(world_size)
-    return None if pool is None else [proc.pid for proc in pool.procs]
+def pool_pids() -> Dict[int, int]:
+    """Process id of each live pooled rank (for the helper's own test)."""
+    if not _POOL:
+        return {}
+    return {
+        rank: entry.proc.pid
+        for rank, entry in _POOL[0].ranks.items() if entry.proc.is_alive()
+    }
 
 
 def run_distributed(fn: Callable,
@@ -296,7 +312,7 @@ def run_distributed(fn: Callable,
         world_size (int): Number of ranks.
         *args: Passed to ``fn`` after ``rank, world_size`` (picklable).
         timeout (float): Seconds the call may take, not counting the start
-            of a new pool. Defaults to 120.
+            of new processes. Defaults to 120.
 
     Returns:
         list: what each rank returned, indexed by rank.
@@ -305,9 +321,11 @@ def run_distributed(fn: Callable,
         RuntimeError: a rank raised (its traceback is in the message).
         TimeoutError: the ranks did not finish within ``timeout`` seconds.
     """
-    pool = _get_pool(world_size)
+    if not _POOL:
+        _POOL.append(_Pool())
+    pool = _POOL[0]
     try:
-        return pool.run(fn, args, timeout)
+        return pool.run(fn, world_size, args, timeout)
     except BaseException:  # a failure, a hang, KeyboardInterrupt...
-        shutdown_pools(world_size)
+        pool.stop(range(world_size))
         raise
