@@ -4,7 +4,8 @@ Markers (set automatically, see :func:`pytest_collection_modifyitems`):
 
 - ``dist``: the test calls ``run_distributed`` (real gloo ranks);
 - ``runner``: the test builds a real mmengine ``Runner``;
-- ``slow``: the test starts Python subprocesses (or is marked by hand).
+- ``slow``: the test starts Python subprocesses, calls ``torch.compile``
+  (seconds of compilation), or is marked by hand.
 
 ``make test-quick`` runs ``-m "not dist and not runner and not slow"``.
 With pytest-xdist's ``--dist loadgroup`` every ``dist`` test goes to the
@@ -32,7 +33,7 @@ def pytest_configure(config):
     for name, doc in (
         ('dist', 'runs real gloo ranks (run_distributed)'),
         ('runner', 'builds a real mmengine Runner'),
-        ('slow', 'starts Python subprocesses (installs, launchers)'),
+        ('slow', 'starts Python subprocesses or compiles (torch.compile)'),
     ):
         config.addinivalue_line('markers', f'{name}: {doc}')
 
@@ -69,16 +70,25 @@ def pytest_collection_modifyitems(config, items):
         for marker, triggers in _MARKER_NAMES.items():
             if names & triggers:
                 item.add_marker(marker)
+        if {'torch', 'compile'} <= names:  # torch.compile
+            item.add_marker('slow')
         if item.get_closest_marker('dist') is not None:
             item.add_marker(pytest.mark.xdist_group('dist'))
 
 
-def pytest_collection_finish(session):
+def pytest_sessionfinish(session, exitstatus):
     """No run is green by running nothing: an empty selection (pytest's
-    exit code 5) is an error that says why."""
-    if not session.items and not session.config.option.collectonly:
-        raise pytest.UsageError(
-            'no test was selected: check the paths, -m and -k arguments')
+    exit code 5, with or without xdist) fails with exit code 1 and says
+    why."""
+    if hasattr(session.config, 'workerinput'):  # an xdist worker
+        return
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        reporter = session.config.pluginmanager.get_plugin('terminalreporter')
+        if reporter is not None:
+            reporter.write_line(
+                'ERROR: no test was selected: check the paths, -m and -k '
+                'arguments', red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope='session', autouse=True)
