@@ -2,6 +2,7 @@
 mocked Runner, checked against the raw values (real Runners:
 ``test_stats_collector_runner.py``)."""
 import math
+import re
 from unittest.mock import MagicMock
 
 import numpy as np
@@ -14,6 +15,7 @@ from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 from mmstats import report
 from mmstats.hooks import StatsCollectorHook
 from mmstats.registry import HOOKS
+from tests.helpers.logs import mmengine_logs, warnings_logged
 
 
 # --------------------------------------------------------------- build time
@@ -187,7 +189,14 @@ def test_nonfinite_actions(action, caplog):
                 FloatingPointError, match=r'iteration 2 .*loss \(1 NaN/inf\)'):
             hook.after_train_iter(runner, 1)
         return
-    hook.after_train_iter(runner, 1)
+    with mmengine_logs(caplog):
+        hook.after_train_iter(runner, 1)
+    logged = warnings_logged(caplog)
+    if action == 'warn':  # one warning, naming the iteration and the name
+        assert len(logged) == 1, logged
+        assert re.search(r'iteration 2 .*loss \(1 NaN/inf\)', logged[0])
+    else:
+        assert logged == []
     hub = {
         c.args[0]: c.args[1]
         for c in runner.message_hub.update_scalar.call_args_list
