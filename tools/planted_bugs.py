@@ -100,7 +100,8 @@ BUGS = [
         'if mine is None:\n                    self._counts[names[i]] = '
         'counts[i].copy()', 'if True:\n                    '
         'self._counts[names[i]] = counts[i].copy()',
-        ('tests/test_stats/test_collector_sketch.py', )),
+        ('tests/test_stats/test_sketch_flushes.py',
+         'tests/test_stats/test_collector_sketch.py')),
     Bug('B14', 'report() without the store lock', 'mmstats/stats/reporting.py',
         '    tp = type(value)\n    with store.lock:',
         '    tp = type(value)\n    if True:',
