@@ -109,7 +109,8 @@ BUGS = [
     Bug('B15', "a forked worker re-sending the parent's pending values",
         'mmstats/stats/reporting.py',
         '    global _LOCAL\n    STORE.forget_threads()', '    global _LOCAL',
-        ('tests/test_stats/test_report_workers.py',
+        ('tests/test_stats/test_report_fork.py',
+         'tests/test_stats/test_report_workers.py',
          'tests/test_stats/test_reporting.py')),
     Bug('B16', 'the compile op not marked side-effectful',
         'mmstats/stats/compile.py',
@@ -125,7 +126,8 @@ BUGS = [
         'mmstats/stats/workers.py',
         'SKETCHES.add_counts(prefix + names[i], dense[i])',
         'SKETCHES.add_counts(names[i], dense[i])',
-        ('tests/test_stats/test_report_workers_sketch.py',
+        ('tests/test_stats/test_report_fork.py',
+         'tests/test_stats/test_report_workers_sketch.py',
          'tests/test_hooks/test_stats_collector_quantiles.py')),
 ]
 
