@@ -87,7 +87,8 @@ def pytest_sessionfinish(session, exitstatus):
         if reporter is not None:
             reporter.write_line(
                 'ERROR: no test was selected: check the paths, -m and -k '
-                'arguments', red=True)
+                'arguments',
+                red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

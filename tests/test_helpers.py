@@ -84,9 +84,8 @@ def test_run_distributed_pool_isolation_failures_and_hangs():
     # another world size: the same processes in a new group, one more rank
     three = run_distributed(_inspect, 3)
     assert [r['pid'] for r in three[:2]] == pids
-    assert [(r['rank'], r['world'], r['count']) for r in three] == [
-        (0, 3, 3), (1, 3, 3), (2, 3, 3)
-    ]
+    expected = [(0, 3, 3), (1, 3, 3), (2, 3, 3)]  # rank, world, count
+    assert [(r['rank'], r['world'], r['count']) for r in three] == expected
     assert three[2]['hash_seed'] == '3'
 
     # a failing rank: its traceback, and its call's ranks are replaced
@@ -103,9 +102,8 @@ def test_run_distributed_pool_isolation_failures_and_hangs():
     with pytest.raises(TimeoutError, match=r'finished ranks: \[1\]'):
         run_distributed(_hang, 2, timeout=3)
     after = run_distributed(_inspect, 3)
-    assert [(r['rank'], r['world'], r['count']) for r in after] == [
-        (0, 3, 3), (1, 3, 3), (2, 3, 3)
-    ]
+    expected = [(0, 3, 3), (1, 3, 3), (2, 3, 3)]  # rank, world, count
+    assert [(r['rank'], r['world'], r['count']) for r in after] == expected
     assert after[2]['pid'] == three[2]['pid']
     assert after[0]['pid'] not in (pids[0], again[0]['pid'])
 
