@@ -8,8 +8,12 @@ PIP := $(PY) -m pip install --quiet -c requirements/constraints.txt
 CONFIG ?= projects/digits_demo/configs/demo/resnet-mini_1xb64-precise-bn-stats_digits.py
 WORK_DIR ?= work_dirs/demo
 LINT_PATHS := mmstats tools tests projects setup.py
+TEST_PATHS := tests projects/digits_demo/tests
+# pytest-xdist workers (the distributed tests all go to one of them)
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: install demo test test-gpu lint docs benchmark clean
+.PHONY: install demo test test-quick test-gpu lint docs benchmark clean
 
 $(VENV)/.installed: setup.py projects/digits_demo/setup.py requirements/*.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,8 +26,15 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) tools/train.py $(CONFIG) --work-dir $(WORK_DIR)
 
+# Everything (CI): single-process tests on $(TEST_WORKERS) workers, the
+# gloo-rank tests on one of them (one pool of ranks for the session).
 test: install
-	$(PY) -m pytest tests projects/digits_demo/tests -q -p no:cacheprovider
+	$(PYTEST) $(TEST_PATHS)
+
+# The inner loop: single-process unit tests (no Runner, no gloo ranks, no
+# subprocesses, no torch.compile); markers set in tests/conftest.py.
+test-quick: install
+	$(PYTEST) -m "not dist and not runner and not slow" $(TEST_PATHS)
 
 # On a machine with CUDA (skipped elsewhere).
 test-gpu: install

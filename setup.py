@@ -1,9 +1,12 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """Install mmstats: ``pip install -c requirements/constraints.txt -e .``
 
-Core requirements are only what ``import mmstats`` needs (torch, mmengine,
-numpy). Extras: ``demo`` (projects/digits_demo and the plots), ``tests``,
-``lint``, ``docs``, ``benchmarks``.
+The distribution is named ``mmengine-stats`` (``pip install
+mmengine-stats``); the import name is ``mmstats`` (the PyPI name
+``mmstats`` belongs to an unrelated project). Core requirements are only
+what ``import mmstats`` needs (torch, mmengine, numpy). Extras: ``demo``
+(projects/digits_demo and the plots), ``tests``, ``lint``, ``docs``,
+``benchmarks``.
 """
 import os
 
@@ -31,7 +34,7 @@ def read_requirements(name: str) -> list:
 
 
 setup(
-    name='mmstats',
+    name='mmengine-stats',
     version=read_version(),
     description='Exact, cheap training statistics for mmengine: precise '
     'BatchNorm and all-rank logged statistics',
@@ -39,7 +42,7 @@ setup(
     if os.path.exists('README.md') else '',
     long_description_content_type='text/markdown',
     license='Apache-2.0',
-    python_requires='>=3.10',
+    python_requires='>=3.11',
     packages=find_packages(include=['mmstats', 'mmstats.*']),
     install_requires=read_requirements('runtime.txt'),
     extras_require=dict(
@@ -49,6 +52,11 @@ setup(
         docs=read_requirements('docs.txt'),
         benchmarks=read_requirements('benchmarks.txt'),
     ),
-    classifiers=['Programming Language :: Python :: 3'],
+    classifiers=[
+        'Programming Language :: Python :: 3',
+        'Programming Language :: Python :: 3.11',
+        'Programming Language :: Python :: 3.12',
+        'Topic :: Scientific/Engineering :: Artificial Intelligence',
+    ],
     zip_safe=False,
 )

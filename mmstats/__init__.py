@@ -7,6 +7,8 @@ process-wide torch state). Resuming mmengine checkpoints under
 ``torch.load(weights_only=True)`` is an explicit opt-in:
 :func:`mmstats.utils.allow_mmengine_checkpoints`.
 """
+# first: an old torch or mmengine fails here, naming the version needed
+from .utils import compat  # isort: skip  # noqa: F401
 from .dist import scaled_all_reduce
 from .hooks import ModuleStatsHook, PreciseBNHook, StatsCollectorHook
 from .precise_bn import update_bn_stats

@@ -1,2 +1,2 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-__version__ = '0.1.0'
+__version__ = '0.2.0'

@@ -1,7 +1,103 @@
+"""Fixtures and markers shared by every test.
+
+Markers (set automatically, see :func:`pytest_collection_modifyitems`):
+
+- ``dist``: the test calls ``run_distributed`` (real gloo ranks);
+- ``runner``: the test builds a real mmengine ``Runner``;
+- ``slow``: the test starts Python subprocesses, calls ``torch.compile``
+  (seconds of compilation), or is marked by hand.
+
+``make test-quick`` runs ``-m "not dist and not runner and not slow"``.
+With pytest-xdist's ``--dist loadgroup`` every ``dist`` test goes to the
+same worker, so one set of rank pools serves them all.
+"""
+import os.path as osp
+import types
+
 import pytest
 
 from mmstats.stats import reporting
 from tests.helpers.runner import clear_mmengine_singletons
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+_TEST_DIRS = (osp.join(ROOT, 'tests'), osp.join(ROOT, 'projects'))
+# marker -> names whose use (in the test or a test helper it calls) sets it
+_MARKER_NAMES = {
+    'dist': {'run_distributed'},
+    'runner': {'Runner'},
+    'slow': {'subprocess'},
+}
+
+
+def pytest_configure(config):
+    for name, doc in (
+        ('dist', 'runs real gloo ranks (run_distributed)'),
+        ('runner', 'builds a real mmengine Runner'),
+        ('slow', 'starts Python subprocesses or compiles (torch.compile)'),
+    ):
+        config.addinivalue_line('markers', f'{name}: {doc}')
+
+
+def _names_used(func, seen) -> set:
+    """Global names a test function uses, following the module-level
+    functions of the test tree it calls (not mmstats' own code)."""
+    code = getattr(func, '__code__', None)
+    if code is None or code in seen:
+        return set()
+    seen.add(code)
+    names = set()
+    stack = [code]
+    while stack:
+        co = stack.pop()
+        names.update(co.co_names)
+        stack += [c for c in co.co_consts if isinstance(c, types.CodeType)]
+    found = set(names)
+    for name in names:
+        target = func.__globals__.get(name)
+        target_code = getattr(target, '__code__', None)
+        if target_code is not None and \
+                target_code.co_filename.startswith(_TEST_DIRS):
+            found |= _names_used(target, seen)
+    return found
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        func = getattr(item, 'function', None)
+        if func is None:
+            continue
+        names = _names_used(func, set())
+        for marker, triggers in _MARKER_NAMES.items():
+            if names & triggers:
+                item.add_marker(marker)
+        if {'torch', 'compile'} <= names:  # torch.compile
+            item.add_marker('slow')
+        if item.get_closest_marker('dist') is not None:
+            item.add_marker(pytest.mark.xdist_group('dist'))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No run is green by running nothing: an empty selection (pytest's
+    exit code 5, with or without xdist) fails with exit code 1 and says
+    why."""
+    if hasattr(session.config, 'workerinput'):  # an xdist worker
+        return
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        reporter = session.config.pluginmanager.get_plugin('terminalreporter')
+        if reporter is not None:
+            reporter.write_line(
+                'ERROR: no test was selected: check the paths, -m and -k '
+                'arguments',
+                red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope='session', autouse=True)
+def _rank_pools():
+    """Stop ``run_distributed``'s rank pools when the session ends."""
+    yield
+    from tests.helpers.dist import shutdown_pools
+    shutdown_pools()
 
 
 @pytest.fixture(autouse=True)

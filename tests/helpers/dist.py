@@ -1,21 +1,56 @@
 """Run a function on N real gloo processes and collect what each rank returns.
 
-Worker functions must be defined at module level (they are pickled for
-``spawn``) and return plain data (numbers, lists, numpy arrays): torch's
-queue shares tensors through the sending process, which exits. Each call
-uses a fresh free port; a hang fails the test after ``timeout`` seconds
-instead of blocking the suite. Each rank gets its own
-``PYTHONHASHSEED`` (rank + 1), so set/dict-ordering bugs cannot hide behind
-a shared seed.
+``run_distributed(fn, world_size, *args)`` calls ``fn(rank, world_size,
+*args)`` on every rank of a real gloo process group and returns what each
+rank returned. Spawning a process costs seconds (each imports torch,
+mmengine and mmstats), so the ranks are a **pool** kept for the whole
+pytest session (as torchmetrics' tests do): process ``r`` serves rank ``r``
+of every call. A call on ``world_size`` ranks uses processes ``0 ..
+world_size - 1`` (spawning the missing ones); they initialise the default
+process group once and keep it until a call with another world size
+re-initialises it (milliseconds), so the 2-, 4- and 8-rank tests of a
+session share the same 8 processes.
+
+Rules a worker function lives by:
+
+- it is defined at module level (it is pickled by reference) and returns
+  plain data (numbers, lists, numpy arrays);
+- every rank issues the same collectives (as in real training): a task
+  that leaves one rank waiting in a collective hangs, which is reported as
+  a ``TimeoutError``.
+
+Isolation between tasks: before and after each task a rank resets
+mmstats' reporting state (``mmstats.stats.reporting.reset()``), drops
+mmengine's singletons (``clear_mmengine_singletons``), and restores
+``os.environ``, the working directory, the warning filters, torch's
+default dtype, thread count and seed. The default process group stays.
+
+Failures fail only their test: a rank that raises gives a
+``RuntimeError`` with its traceback, a call that does not finish within
+``timeout`` seconds a ``TimeoutError``; either way the processes of that
+call are stopped (their process group may be out of step) and the next
+call spawns fresh ones. Each process has its own ``PYTHONHASHSEED`` (rank
++ 1), fixed when it starts, so set/dict-ordering bugs cannot hide behind a
+shared seed.
 """
+import atexit
+import gc
 import os
+import queue as queue_lib
 import socket
+import time
 import traceback
-from typing import Any, Callable, List
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+#: Seconds new processes may take to start (imports).
+STARTUP_TIMEOUT = 300
+#: Seconds the other ranks get to answer once one rank has failed.
+FAILURE_GRACE = 10
 
 
 def free_port() -> int:
@@ -25,23 +60,245 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, fn: Callable, args: tuple,
-            queue) -> None:
+class _TaskState:
+    """The process state a task may change, captured once and restored
+    around every task (the default process group is left alone)."""
+
+    def __init__(self) -> None:
+        self.environ = dict(os.environ)
+        self.cwd = os.getcwd()
+        self.filters = list(warnings.filters)
+        self.seed = torch.initial_seed()
+        self.dtype = torch.get_default_dtype()
+
+    def restore(self) -> None:
+        from mmstats.stats import reporting
+        from tests.helpers.runner import clear_mmengine_singletons
+        reporting.reset()
+        clear_mmengine_singletons()
+        if dict(os.environ) != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
+        os.chdir(self.cwd)
+        if warnings.filters != self.filters:
+            warnings.filters[:] = self.filters
+            mutated = getattr(warnings, '_filters_mutated', None)
+            if mutated is not None:
+                mutated()
+        torch.manual_seed(self.seed)
+        torch.set_default_dtype(self.dtype)
+        torch.set_num_threads(1)
+        gc.collect()  # Runners, DataLoader workers of the last task
+
+
+def _join_group(rank: int, world_size: int, port: int) -> None:
+    """Make the default process group ``world_size`` ranks on ``port``."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
     os.environ.update(
         MASTER_ADDR='127.0.0.1',
         MASTER_PORT=str(port),
         RANK=str(rank),
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world_size))
+    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+
+
+def _worker(rank: int, parent_pid: int, tasks, results) -> None:
+    # the parent reaps its daemonic ranks; a task may still start
+    # DataLoader workers (multiprocessing forbids it to daemons)
+    mp.current_process()._config['daemon'] = False
     torch.set_num_threads(1)
     try:
-        dist.init_process_group('gloo', rank=rank, world_size=world_size)
-        queue.put((rank, True, fn(rank, world_size, *args)))
+        import mmengine.runner  # noqa: F401  (what most tasks need)
+
+        import mmstats  # noqa: F401
+        import tests.helpers.runner  # noqa: F401
     except BaseException:  # report every failure to the parent
-        queue.put((rank, False, traceback.format_exc()))
+        results.put((None, rank, False, traceback.format_exc()))
+        return
+    results.put((None, rank, True, os.getpid()))
+    group: Optional[Tuple[int, int]] = None
+    state = None
+    try:
+        while True:
+            try:
+                task = tasks.get(timeout=5)
+            except queue_lib.Empty:
+                if os.getppid() != parent_pid:  # the parent died
+                    return
+                continue
+            if task is None:  # shutdown: no goodbye to a group
+                os._exit(0)
+            task_id, world_size, port, fn, args = task
+            try:
+                if group != (world_size, port):
+                    group = None
+                    _join_group(rank, world_size, port)
+                    group = (world_size, port)
+                    state = _TaskState()
+                state.restore()
+                value = fn(rank, world_size, *args)
+                state.restore()
+                results.put((task_id, rank, True, value))
+            except BaseException:  # report every failure to the parent
+                results.put((task_id, rank, False, traceback.format_exc()))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class _Rank:
+    """One spawned process, serving rank ``rank`` of every call."""
+
+    def __init__(self, ctx, rank: int, results) -> None:
+        self.rank = rank
+        self.tasks = ctx.Queue()
+        self.proc = ctx.Process(
+            target=_worker,
+            args=(rank, os.getpid(), self.tasks, results),
+            daemon=True)
+        saved_seed = os.environ.get('PYTHONHASHSEED')
+        os.environ['PYTHONHASHSEED'] = str(rank + 1)  # read at spawn
+        try:
+            self.proc.start()
+        finally:
+            if saved_seed is None:
+                os.environ.pop('PYTHONHASHSEED', None)
+            else:
+                os.environ['PYTHONHASHSEED'] = saved_seed
+
+    def stop(self, wait: float) -> None:
+        try:
+            self.tasks.put(None)
+        except (OSError, ValueError):
+            pass
+        self.proc.join(timeout=wait)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        self.tasks.close()
+        self.tasks.cancel_join_thread()
+
+
+class _Pool:
+    """The spawned ranks of the session and the group the first
+    ``group[0]`` of them share."""
+
+    def __init__(self) -> None:
+        self.ctx = mp.get_context('spawn')
+        self.results = self.ctx.Queue()
+        self.ranks: Dict[int, _Rank] = {}
+        self.group: Optional[Tuple[int, int]] = None  # (world_size, port)
+        self.num_tasks = 0
+
+    def _ensure(self, world_size: int) -> None:
+        """Ranks ``0 .. world_size - 1`` are alive (spawned if needed)."""
+        for rank in range(world_size):
+            entry = self.ranks.get(rank)
+            if entry is not None and not entry.proc.is_alive():
+                self.stop(range(rank, rank + 1))
+        new = [r for r in range(world_size) if r not in self.ranks]
+        for rank in new:
+            self.ranks[rank] = _Rank(self.ctx, rank, self.results)
+        if new:
+            self.group = None  # new processes join a new group
+            try:
+                self._collect(None, new, STARTUP_TIMEOUT, 'starting ranks')
+            except BaseException:
+                self.stop(new)
+                raise
+
+    def run(self, fn: Callable, world_size: int, args: tuple,
+            timeout: float) -> List[Any]:
+        self._ensure(world_size)
+        if self.group is None or self.group[0] != world_size:
+            self.group = (world_size, free_port())
+        self.num_tasks += 1
+        task_id = self.num_tasks
+        for rank in range(world_size):
+            self.ranks[rank].tasks.put(
+                (task_id, world_size, self.group[1], fn, args))
+        name = getattr(fn, '__name__', repr(fn))
+        return self._collect(task_id, list(range(world_size)), timeout,
+                             f'{name} on {world_size} ranks')
+
+    def _collect(self, task_id: Optional[int], ranks: List[int],
+                 timeout: float, what: str) -> List[Any]:
+        """What each of ``ranks`` answered to ``task_id``, or raise."""
+        deadline = time.monotonic() + timeout
+        results: Dict[int, Any] = {}
+        failures: Dict[int, str] = {}
+        while len(results) + len(failures) < len(ranks):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                tid, rank, ok, value = self.results.get(timeout=min(left, 1))
+            except queue_lib.Empty:
+                dead = [
+                    r for r in ranks if r not in results and r not in failures
+                    and not self.ranks[r].proc.is_alive()
+                ]
+                for r in dead:
+                    failures[r] = ('the process died (exit code '
+                                   f'{self.ranks[r].proc.exitcode})')
+                if dead:
+                    deadline = min(deadline, time.monotonic() + FAILURE_GRACE)
+                continue
+            if tid != task_id or rank not in ranks:
+                continue  # a late answer to an earlier task
+            if ok:
+                results[rank] = value
+            else:
+                failures[rank] = value
+                # a failed rank may leave the others in a collective
+                deadline = min(deadline, time.monotonic() + FAILURE_GRACE)
+        if failures:
+            rank = min(failures)
+            raise RuntimeError(
+                f'rank {rank} failed ({what}):\n{failures[rank]}')
+        if len(results) < len(ranks):
+            raise TimeoutError(
+                f'{what} did not finish in {timeout}s (hang?); finished '
+                f'ranks: {sorted(results)}')
+        return [results[rank] for rank in ranks]
+
+    def stop(self, ranks=None) -> None:
+        """Stop ``ranks`` (None: all); their group is gone."""
+        ranks = list(self.ranks) if ranks is None else list(ranks)
+        deadline = time.monotonic() + 5
+        for rank in ranks:
+            entry = self.ranks.pop(rank, None)
+            if entry is not None:
+                entry.stop(max(0., deadline - time.monotonic()))
+        if ranks:
+            self.group = None
+
+
+_POOL: List[_Pool] = []
+
+
+def shutdown_pools() -> None:
+    """Stop every pooled rank (at the end of the session)."""
+    while _POOL:
+        pool = _POOL.pop()
+        pool.stop()
+        pool.results.close()
+        pool.results.cancel_join_thread()
+
+
+atexit.register(shutdown_pools)
+
+
+def pool_pids() -> Dict[int, int]:
+    """Process id of each live pooled rank (for the helper's own test)."""
+    if not _POOL:
+        return {}
+    return {
+        rank: entry.proc.pid
+        for rank, entry in _POOL[0].ranks.items() if entry.proc.is_alive()
+    }
 
 
 def run_distributed(fn: Callable,
@@ -50,6 +307,13 @@ def run_distributed(fn: Callable,
                     timeout: float = 120) -> List[Any]:
     """Call ``fn(rank, world_size, *args)`` on ``world_size`` gloo processes.
 
+    Args:
+        fn (Callable): A module-level function (pickled by reference).
+        world_size (int): Number of ranks.
+        *args: Passed to ``fn`` after ``rank, world_size`` (picklable).
+        timeout (float): Seconds the call may take, not counting the start
+            of new processes. Defaults to 120.
+
     Returns:
         list: what each rank returned, indexed by rank.
 
@@ -57,40 +321,11 @@ def run_distributed(fn: Callable,
         RuntimeError: a rank raised (its traceback is in the message).
         TimeoutError: the ranks did not finish within ``timeout`` seconds.
     """
-    ctx = mp.get_context('spawn')
-    queue = ctx.Queue()
-    port = free_port()
-    procs = [
-        ctx.Process(
-            target=_worker,
-            args=(rank, world_size, port, fn, args, queue),
-            daemon=True) for rank in range(world_size)
-    ]
-    saved_seed = os.environ.get('PYTHONHASHSEED')
+    if not _POOL:
+        _POOL.append(_Pool())
+    pool = _POOL[0]
     try:
-        for rank, proc in enumerate(procs):
-            os.environ['PYTHONHASHSEED'] = str(rank + 1)  # read at spawn
-            proc.start()
-    finally:
-        if saved_seed is None:
-            os.environ.pop('PYTHONHASHSEED', None)
-        else:
-            os.environ['PYTHONHASHSEED'] = saved_seed
-    results = {}
-    try:
-        for _ in range(world_size):
-            try:
-                rank, ok, value = queue.get(timeout=timeout)
-            except Exception:  # queue.Empty
-                raise TimeoutError(
-                    f'{fn.__name__} on {world_size} ranks did not finish in '
-                    f'{timeout}s (hang?); finished ranks: {sorted(results)}')
-            if not ok:
-                raise RuntimeError(f'rank {rank} failed:\n{value}')
-            results[rank] = value
-    finally:
-        for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-    return [results[rank] for rank in range(world_size)]
+        return pool.run(fn, world_size, args, timeout)
+    except BaseException:  # a failure, a hang, KeyboardInterrupt...
+        pool.stop(range(world_size))
+        raise

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from mmengine.dataset import DefaultSampler
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS as ROOT_HOOKS
 from mmengine.registry import MODELS as ROOT_MODELS
@@ -448,17 +449,29 @@ def test_resume_continues_the_sampling_sequence(tmp_path, clean_mmengine,
     cfg = precise_cfg(tmp_path, max_epochs=3)
     cfg.resume = True
     runner = Runner.from_cfg(cfg)
-    epochs = []
+    seen = []
     hook = hooks_of(runner, PreciseBNHook)[0]
     real = hook._recompute
 
     def spy(*args):
-        epochs.append(hook._num_runs)  # the sampler's set_epoch value
-        return real(*args)
+        out = real(*args)
+        sampler = hook._loader.sampler  # what this run sampled
+        seen.append((sampler.epoch, list(sampler)))
+        return out
 
     hook._recompute = spy
     runner.train()
-    assert epochs == [2]
+    # one run after the resume, the third: its sampler is at epoch 2 and
+    # draws epoch 2's order, not the first run's again
+    assert [epoch for epoch, _ in seen] == [2]
+    dataset = hook._loader.dataset
+    orders = []
+    for epoch in range(3):
+        sampler = DefaultSampler(dataset, shuffle=True, seed=runner.seed)
+        sampler.set_epoch(epoch)
+        orders.append(list(sampler))
+    assert seen[0][1] == orders[2]
+    assert orders[2] != orders[0] and orders[2] != orders[1]
     ckpt = torch.load(osp.join(tmp_path, 'epoch_3.pth'), weights_only=False)
     assert ckpt['meta']['precise_bn_runs'] == 3
 

@@ -2,6 +2,7 @@
 mocked Runner, checked against the raw values (real Runners:
 ``test_stats_collector_runner.py``)."""
 import math
+import re
 import time
 from unittest.mock import MagicMock
 
@@ -16,6 +17,7 @@ from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 from mmstats import report
 from mmstats.hooks import StatsCollectorHook
 from mmstats.registry import HOOKS
+from tests.helpers.logs import mmengine_logs, warnings_logged
 
 
 # --------------------------------------------------------------- build time
@@ -217,7 +219,14 @@ def test_nonfinite_actions(action, caplog):
                 FloatingPointError, match=r'iteration 2 .*loss \(1 NaN/inf\)'):
             hook.after_train_iter(runner, 1)
         return
-    hook.after_train_iter(runner, 1)
+    with mmengine_logs(caplog):
+        hook.after_train_iter(runner, 1)
+    logged = warnings_logged(caplog)
+    if action == 'warn':  # one warning, naming the iteration and the name
+        assert len(logged) == 1, logged
+        assert re.search(r'iteration 2 .*loss \(1 NaN/inf\)', logged[0])
+    else:
+        assert logged == []
     hub = hub_values(runner)
     assert hub['train/loss/mean'] == 1.0  # the finite values
     assert hub['stats/loss/mean'] == 1.0

@@ -6,6 +6,7 @@ from torch import nn
 
 from mmstats import Collector, report, update_bn_stats
 from mmstats.stats import reporting
+from tests.helpers.logs import mmengine_logs, warnings_logged
 
 
 def _population(model, batches):
@@ -35,7 +36,12 @@ def test_a_one_sample_batch_is_skipped_not_fatal(caplog):
     model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
     gen = torch.Generator().manual_seed(1)
     batches = [torch.randn(n, 4, generator=gen) for n in (8, 8, 1)]
-    summary = update_bn_stats(model, batches, 100, progress=False)
+    with mmengine_logs(caplog):
+        summary = update_bn_stats(model, batches, 100, progress=False)
+    logged = warnings_logged(caplog)
+    assert len(logged) == 2, logged  # the skipped batch, then the short run
+    assert 'skipped a batch too small for BatchNorm' in logged[0]
+    assert 'ran out after 16 samples (2 batches)' in logged[1]
     assert (summary['num_batches'], summary['num_samples']) == (2, 16)
     mean, var = _population(model, batches[:2])
     torch.testing.assert_close(

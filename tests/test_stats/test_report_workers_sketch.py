@@ -33,7 +33,8 @@ class ReportingDataset(Dataset):
         return dict(idx=idx)
 
 
-@pytest.mark.parametrize('context', ['fork', 'spawn'])
+@pytest.mark.parametrize(
+    'context', ['fork', pytest.param('spawn', marks=pytest.mark.slow)])
 def test_worker_values_reach_sketches(context):
     collector = Collector('data/.*', sketch=True)
     loader = DataLoader(

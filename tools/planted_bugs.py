@@ -1,0 +1,186 @@
+"""Plant plausible bugs one at a time and check that a test fails for each.
+
+Each entry replaces one exact snippet of mmstats' source (it must occur
+exactly once), runs the tests named for it, and restores the file
+(always, also on Ctrl-C). A bug no test catches is a missing test; the
+table this prints is kept in ``docs/testing.md``.
+
+Usage (from the repository root, with the test requirements installed)::
+
+    python tools/planted_bugs.py            # every bug
+    python tools/planted_bugs.py B3 B11     # some of them
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+from typing import NamedTuple, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Bug(NamedTuple):
+    key: str
+    what: str
+    path: str
+    old: str
+    new: str
+    tests: Tuple[str, ...]
+
+
+BUGS = [
+    Bug('B1', 'floored per-rank sample target', 'mmstats/precise_bn/update.py',
+        'math.ceil(num_samples / world_size)', 'num_samples // world_size',
+        ('tests/test_precise_bn/test_sample_targets.py',
+         'tests/test_precise_bn/test_distributed.py')),
+    Bug('B2', 'a batch too many when num_samples is hit exactly',
+        'mmstats/precise_bn/update.py', 'while seen < target:',
+        'while seen <= target:',
+        ('tests/test_precise_bn/test_sample_targets.py',
+         'tests/test_precise_bn/test_update.py')),
+    Bug('B3', 'mean_change summed over channels instead of averaged',
+        'mmstats/precise_bn/update.py', '(var + eps).sqrt()) / sizes',
+        '(var + eps).sqrt())', ('tests/test_precise_bn/test_update.py', )),
+    Bug('B4', 'sampler.set_epoch dropped (every run reads the same samples)',
+        'mmstats/hooks/precise_bn_hook.py',
+        'sampler.set_epoch(self._num_runs)', 'pass',
+        ('tests/test_hooks/test_precise_bn_hook.py', )),
+    Bug(
+        'B5', "the user's custom_cfg overridden",
+        'mmstats/hooks/log_rhythm.py',
+        "if re.search(processor.mean_pattern, key) and not any(\n"
+        "            cfg.get('data_src') == key for cfg in "
+        "processor.custom_cfg):", 'if re.search(processor.mean_pattern, key):',
+        ('tests/test_hooks/test_hook_args_reach.py',
+         'tests/test_hooks/test_stats_collector_hook.py')),
+    Bug(
+        'B6', 'keep_previous not passed on to the collectors',
+        'mmstats/hooks/stats_collector_hook.py',
+        'Collector(\n                pattern,\n                keep_previous,',
+        'Collector(\n                pattern,\n                True,',
+        ('tests/test_hooks/test_hook_args_reach.py',
+         'tests/test_hooks/test_stats_collector_hook.py')),
+    Bug('B7', "the slowest rank's data_time never reset",
+        'mmstats/hooks/stats_collector_hook.py',
+        'total, self._time_sum = self._time_sum, 0.0',
+        'total = self._time_sum',
+        ('tests/test_hooks/test_stats_collector_hook.py',
+         'tests/test_hooks/test_stats_collector_runner.py')),
+    Bug('B8', "on_nonfinite='ignore' still warning",
+        'mmstats/hooks/stats_collector_hook.py',
+        "if not bad or self.on_nonfinite == 'ignore':", 'if not bad:',
+        ('tests/test_hooks/test_stats_collector_hook.py', )),
+    Bug('B9', "gradients unscaled twice after a user's unscale_",
+        'mmstats/hooks/module_tensors.py',
+        "if state is not None and state['stage'].name == 'UNSCALED':",
+        'if False:', ('tests/test_hooks/test_module_stats_hook.py', )),
+    Bug(
+        'B10', "ModuleStatsHook follows LoggerHook's interval, not the "
+        "collector's", 'mmstats/hooks/module_stats_hook.py',
+        'if self._collector_hook is not None:\n'
+        '            self._interval = self._collector_hook.interval\n'
+        '        elif self._logger is not None:',
+        'if self._logger is not None:\n'
+        '            self._interval = self._logger.interval\n'
+        '        elif self._collector_hook is not None:',
+        ('tests/test_hooks/test_module_stats_hook.py', )),
+    Bug('B11', "ModuleStatsHook ignores the collector's by_epoch",
+        'mmstats/hooks/module_stats_hook.py',
+        'if collector is not None and collector.by_epoch:', 'if False:',
+        ('tests/test_hooks/test_module_stats_hook.py', )),
+    Bug('B12', 'a failure on rank 0 read as "no error"',
+        'mmstats/stats/protocol.py', 'fns.rank + 1. if failed else 0.',
+        'float(fns.rank) if failed else 0.',
+        ('tests/test_stats/test_protocol.py',
+         'tests/test_stats/test_collector_dist.py')),
+    Bug(
+        'B13', 'a second flush replacing pending sketch counts',
+        'mmstats/stats/collector.py',
+        'if mine is None:\n                    self._counts[names[i]] = '
+        'counts[i].copy()', 'if True:\n                    '
+        'self._counts[names[i]] = counts[i].copy()',
+        ('tests/test_stats/test_sketch_flushes.py',
+         'tests/test_stats/test_collector_sketch.py')),
+    Bug('B14', 'report() without the store lock', 'mmstats/stats/reporting.py',
+        '    tp = type(value)\n    with store.lock:',
+        '    tp = type(value)\n    if True:',
+        ('tests/test_stats/test_reporting.py', )),
+    Bug('B15', "a forked worker re-sending the parent's pending values",
+        'mmstats/stats/reporting.py',
+        '    global _LOCAL\n    STORE.forget_threads()', '    global _LOCAL',
+        ('tests/test_stats/test_report_fork.py',
+         'tests/test_stats/test_report_workers.py',
+         'tests/test_stats/test_reporting.py')),
+    Bug('B16', 'the compile op not marked side-effectful',
+        'mmstats/stats/compile.py',
+        'has_side_effect(torch.ops.mmstats.report.default)', 'pass',
+        ('tests/test_stats/test_report_compile.py',
+         'tests/test_stats/test_report_compile_dist.py')),
+    Bug('B17', 'compiled report0 of a tensor counting on every rank',
+        'mmstats/stats/compile.py',
+        'torch.ops.mmstats.report(value, name, rank0)',
+        'torch.ops.mmstats.report(value, name, False)',
+        ('tests/test_stats/test_report_compile_dist.py', )),
+    Bug('B18', 'worker sketch counts ignoring the phase',
+        'mmstats/stats/workers.py',
+        'SKETCHES.add_counts(prefix + names[i], dense[i])',
+        'SKETCHES.add_counts(names[i], dense[i])',
+        ('tests/test_stats/test_report_fork.py',
+         'tests/test_stats/test_report_workers_sketch.py',
+         'tests/test_hooks/test_stats_collector_quantiles.py')),
+]
+
+
+def plant(bug: Bug) -> Tuple[bool, float, str]:
+    """Plant ``bug``, run its tests, restore. Returns (caught, seconds,
+    the last line pytest printed)."""
+    path = os.path.join(ROOT, bug.path)
+    with open(path) as f:
+        original = f.read()
+    if original.count(bug.old) != 1:
+        raise ValueError(f'{bug.key}: the snippet occurs '
+                         f'{original.count(bug.old)} times in {bug.path}')
+    start = time.monotonic()
+    paths = (ROOT, os.environ.get('PYTHONPATH'))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+    try:
+        with open(path, 'w') as f:
+            f.write(original.replace(bug.old, bug.new))
+        proc = subprocess.run([
+            sys.executable, '-m', 'pytest', '-x', '-q', '-p',
+            'no:cacheprovider', *bug.tests
+        ],
+                              cwd=ROOT,
+                              capture_output=True,
+                              text=True,
+                              env=env)
+    finally:
+        with open(path, 'w') as f:
+            f.write(original)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    return proc.returncode != 0, time.monotonic() - start, (
+        lines[-1] if lines else proc.stderr[-300:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('keys', nargs='*', help='bug keys (default: all)')
+    args = parser.parse_args()
+    bugs = [b for b in BUGS if not args.keys or b.key in args.keys]
+    missed = []
+    for bug in bugs:
+        caught, seconds, last = plant(bug)
+        print(
+            f'{bug.key} {"caught" if caught else "MISSED"} '
+            f'({seconds:.0f}s) {bug.what}: {last}',
+            flush=True)
+        if not caught:
+            missed.append(bug.key)
+    print(f'{len(bugs) - len(missed)} of {len(bugs)} caught; missed: '
+          f'{" ".join(missed) or "none"}')
+    sys.exit(1 if missed else 0)
+
+
+if __name__ == '__main__':
+    main()
