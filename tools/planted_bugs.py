@@ -57,7 +57,8 @@ BUGS = [
     Bug(
         'B6', 'keep_previous not passed on to the collectors',
         'mmstats/hooks/stats_collector_hook.py',
-        'Collector(\n                pattern,\n                keep_previous,',
+        'Collector(\n                pattern,\n'
+        '                self.keep_previous,',
         'Collector(\n                pattern,\n                True,',
         ('tests/test_hooks/test_hook_args_reach.py',
          'tests/test_hooks/test_stats_collector_hook.py')),
@@ -65,30 +66,28 @@ BUGS = [
         'mmstats/hooks/stats_collector_hook.py',
         'total, self._time_sum = self._time_sum, 0.0',
         'total = self._time_sum',
-        ('tests/test_hooks/test_stats_collector_hook.py',
-         'tests/test_hooks/test_stats_collector_runner.py')),
+        ('tests/test_hooks/test_stats_collector_hook.py', )),
     Bug('B8', "on_nonfinite='ignore' still warning",
         'mmstats/hooks/stats_collector_hook.py',
         "if not bad or self.on_nonfinite == 'ignore':", 'if not bad:',
         ('tests/test_hooks/test_stats_collector_hook.py', )),
-    Bug('B9', "gradients unscaled twice after a user's unscale_",
-        'mmstats/hooks/module_tensors.py',
-        "if state is not None and state['stage'].name == 'UNSCALED':",
-        'if False:', ('tests/test_hooks/test_module_stats_hook.py', )),
+    # B9 (gradients unscaled twice after a user's unscale_) has no place to
+    # be planted any more: ModuleStatsHook reads gradients in the optimizer's
+    # step pre-hook, after GradScaler's own unscale_, and divides by nothing.
     Bug(
         'B10', "ModuleStatsHook follows LoggerHook's interval, not the "
         "collector's", 'mmstats/hooks/module_stats_hook.py',
-        'if self._collector_hook is not None:\n'
-        '            self._interval = self._collector_hook.interval\n'
-        '        elif self._logger is not None:',
-        'if self._logger is not None:\n'
-        '            self._interval = self._logger.interval\n'
-        '        elif self._collector_hook is not None:',
-        ('tests/test_hooks/test_module_stats_hook.py', )),
-    Bug('B11', "ModuleStatsHook ignores the collector's by_epoch",
+        'return self._collector_hook.publishes_after(runner, batch_idx)',
+        'return train_publication(runner, batch_idx, self._logger.interval,'
+        ' self._logger)[0]',
+        ('tests/test_hooks/test_module_stats_rhythm.py', )),
+    Bug(
+        'B11', "ModuleStatsHook ignores the collector's by_epoch",
         'mmstats/hooks/module_stats_hook.py',
-        'if collector is not None and collector.by_epoch:', 'if False:',
-        ('tests/test_hooks/test_module_stats_hook.py', )),
+        'return self._collector_hook.publishes_after(runner, batch_idx)',
+        'return train_publication(runner, batch_idx, self._collector_hook.'
+        'interval or 10, self._logger)[0]',
+        ('tests/test_hooks/test_module_stats_rhythm.py', )),
     Bug('B12', 'a failure on rank 0 read as "no error"',
         'mmstats/stats/protocol.py', 'fns.rank + 1. if failed else 0.',
         'float(fns.rank) if failed else 0.',
@@ -107,11 +106,10 @@ BUGS = [
         '    tp = type(value)\n    if True:',
         ('tests/test_stats/test_reporting.py', )),
     Bug('B15', "a forked worker re-sending the parent's pending values",
-        'mmstats/stats/reporting.py',
-        '    global _LOCAL\n    STORE.forget_threads()', '    global _LOCAL',
-        ('tests/test_stats/test_report_fork.py',
-         'tests/test_stats/test_report_workers.py',
-         'tests/test_stats/test_reporting.py')),
+        'mmstats/stats/reporting.py', '        self.store.forget_threads()\n',
+        '', ('tests/test_stats/test_report_fork.py',
+             'tests/test_stats/test_report_workers.py',
+             'tests/test_stats/test_reporting.py')),
     Bug('B16', 'the compile op not marked side-effectful',
         'mmstats/stats/compile.py',
         'has_side_effect(torch.ops.mmstats.report.default)', 'pass',
@@ -123,9 +121,9 @@ BUGS = [
         'torch.ops.mmstats.report(value, name, False)',
         ('tests/test_stats/test_report_compile_dist.py', )),
     Bug('B18', 'worker sketch counts ignoring the phase',
-        'mmstats/stats/workers.py',
-        'SKETCHES.add_counts(prefix + names[i], dense[i])',
-        'SKETCHES.add_counts(names[i], dense[i])',
+        'mmstats/stats/reporting.py',
+        'self.sketches.add_counts(prefix + name, sketch)',
+        'self.sketches.add_counts(name, sketch)',
         ('tests/test_stats/test_report_fork.py',
          'tests/test_stats/test_report_workers_sketch.py',
          'tests/test_hooks/test_stats_collector_quantiles.py')),

@@ -1,6 +1,8 @@
 """Arguments reach what they configure: StatsCollectorHook's keep_previous
 reaches its collectors; a LogProcessor custom_cfg entry of the user's wins
 over the one the hook adds for its timing keys."""
+from unittest.mock import MagicMock
+
 import pytest
 from mmengine.runner import LogProcessor
 
@@ -13,6 +15,7 @@ from mmstats.hooks.log_rhythm import log_current_value
 def test_keep_previous_reaches_the_collectors(keep_previous):
     hook = StatsCollectorHook(
         collect_timing=False, keep_previous=keep_previous)
+    hook.before_run(MagicMock(hooks=[]))  # the collectors live from here
     report('a', 1.0)
     assert hook.collect('train')['a']['num'] == 1
     again = hook.collect('train')['a']  # no new value of 'a'

@@ -561,8 +561,10 @@ def test_resume_is_silent_and_var_change_still_logged_once(
                     'train/precise_bn/ema_var_change'):
             hub['resumed_keys'][key] = True
         torch.save(ckpt, path)
-    cfg = precise_cfg(tmp_path, max_epochs=4, log_interval=4)
-    cfg.resume = True
+    # its own work_dir: two Runners built in the same second would share
+    # a log dir (and scalars.json)
+    cfg = precise_cfg(tmp_path / 'resumed', max_epochs=4, log_interval=4)
+    cfg.resume, cfg.load_from = True, path
     runner = Runner.from_cfg(cfg)
     hook = hooks_of(runner, PreciseBNHook)[0]
     summaries = []

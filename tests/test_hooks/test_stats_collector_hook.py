@@ -396,3 +396,26 @@ def test_the_message_hub_stays_flat_over_many_publications():
     # checkpoint
     assert runner.message_hub.state_dict()['log_scalars'] == {}
     assert runner.message_hub.state_dict()['resumed_keys'] == {}
+
+
+def _slowest_rank_worker(rank, world):
+    """Rank 1 waits for data in the first interval only, rank 0 in the
+    second: each publication names the slowest rank of its own interval."""
+    hook = StatsCollectorHook(interval=2, collect_outputs=False)
+    runner, published = mock_runner(100, IterBasedTrainLoop)
+    hook.before_run(runner)
+    data_times = {0: [0.0, 0.0, 0.2, 0.0], 1: [0.3, 0.0, 0.0, 0.0]}[rank]
+    for it, data_time in enumerate(data_times):
+        runner.iter = it
+        runner.message_hub.update_scalar('train/time', 0.5)
+        runner.message_hub.update_scalar('train/data_time', data_time)
+        hook.after_train_iter(runner, it)
+    return [
+        scalars['stats/data_time/slowest_rank'] for _, scalars in published
+    ]
+
+
+def test_the_slowest_rank_is_of_its_own_interval():
+    from tests.helpers.dist import run_distributed
+    for slowest in run_distributed(_slowest_rank_worker, 2):
+        assert slowest == [1, 0]
