@@ -31,8 +31,9 @@ def imported_modules(path: pathlib.Path) -> list:
     return names
 
 
-@pytest.mark.parametrize('path', CORES, ids=lambda p: f'{p.parent.name}/'
-                         f'{p.name}')
+@pytest.mark.parametrize(
+    'path', CORES, ids=lambda p: f'{p.parent.name}/'
+    f'{p.name}')
 def test_cores_do_not_import_runners_or_hooks(path):
     bad = [
         name for name in imported_modules(path)

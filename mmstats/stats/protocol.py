@@ -310,8 +310,7 @@ class NameTable:
         summed = None
         if extra is not None:  # sized by the global extremes: one more SUM
             block = np.asarray(
-                extra(self.names, merged[:, MIN], merged[:, MAX]),
-                np.float64)
+                extra(self.names, merged[:, MIN], merged[:, MAX]), np.float64)
             summed = fns.all_reduce_sum(block.ravel()).reshape(block.shape)
         return self._evict(merged, summed)
 

@@ -72,9 +72,9 @@ def main() -> None:
         if it + 1 == args.window:
             rss['first'] = rss_mb()
             snapshot = tracemalloc.take_snapshot()
-    grown = sum(s.size_diff
-                for s in tracemalloc.take_snapshot().compare_to(
-                    snapshot, 'filename'))
+    grown = sum(
+        s.size_diff
+        for s in tracemalloc.take_snapshot().compare_to(snapshot, 'filename'))
     tracemalloc.stop()
     first = np.median(times[:args.window]) * 1e3
     last = np.median(times[-args.window:]) * 1e3
