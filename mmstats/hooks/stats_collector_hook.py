@@ -210,9 +210,10 @@ class StatsCollectorHook(Hook):
         collector = self.collectors[mode]
         collector.update()
         results = collector.as_dict()
-        for name, values in results.items():
-            for stat, q in self.quantiles.items():
-                values[stat] = collector.quantile(name, q)
+        if self.quantiles:  # every quantile of a name in one call
+            stats, qs = zip(*self.quantiles.items())
+            for name, values in results.items():
+                values.update(zip(stats, collector.quantile(name, list(qs))))
         return self._unprefix_outputs(results)
 
     def _unprefix_outputs(self, results: dict) -> dict:

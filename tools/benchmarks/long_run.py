@@ -57,7 +57,9 @@ def main() -> None:
     hook.before_run(runner)
     tracemalloc.start()  # from the start: both windows pay its overhead
     names = [f'model/stat{i}' for i in range(args.names)]
-    values = torch.randn(args.names, 8, dtype=torch.float64)
+    # positive, like losses and norms (values straddling zero cost more:
+    # docs/quantiles.md)
+    values = torch.rand(args.names, 8, dtype=torch.float64) + 0.1
     times = []
     rss = {}
     for it in range(args.iters):
