@@ -135,3 +135,45 @@ def test_report0_from_thread_on_other_rank(monkeypatch):
     assert registered == [1]  # one store per thread, not one per call
     collector.update()
     assert collector.names() == ['r0'] and collector.num('r0') == 0
+
+
+class _LockedDict(dict):
+    """A dict that fails when it is read or changed without ``lock`` held
+    (a thread could be flushing the same store meanwhile)."""
+
+    def __init__(self, lock, *args) -> None:
+        super().__init__(*args)
+        self.lock = lock
+
+    def _check(self) -> None:
+        assert self.lock.locked(), 'a pending store used without its lock'
+
+    def get(self, *args):
+        self._check()
+        return super().get(*args)
+
+    def __setitem__(self, key, value) -> None:
+        self._check()
+        super().__setitem__(key, value)
+
+    def setdefault(self, *args):
+        self._check()
+        return super().setdefault(*args)
+
+
+def test_report_touches_a_store_only_under_its_lock(monkeypatch):
+    """Deterministic check of what a race would break: every path of
+    report() reads and changes the pending store only while holding its
+    lock (flush() takes the same lock from another thread)."""
+    from mmstats.stats.reporting import REPORTER
+    collector = Collector()
+    store = REPORTER.store
+    for attr in ('numbers', 'tensors', 'rows'):
+        monkeypatch.setattr(store, attr, _LockedDict(store.lock))
+    report('float', 1.0)
+    report('float', 2.0)
+    report('tensor', torch.ones(3))
+    report('large', torch.ones(5000))
+    report('list', [1, 2, 3])
+    collector.update()
+    assert collector.num('float') == 2 and collector.num('large') == 5000
