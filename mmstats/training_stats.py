@@ -166,12 +166,12 @@ class Collector:
 
     Example:
         >>> from mmstats import training_stats
-        >>> collector = training_stats.Collector(regex='Loss/.*')
-        >>> _ = training_stats.report('Loss/G/loss', [1.0, 2.0, 3.0])
-        >>> collector.names()
-        ['Loss/G/loss']
+        >>> collector = training_stats.Collector(regex='Example/.*')
+        >>> _ = training_stats.report('Example/loss', [1.0, 2.0, 3.0])
+        >>> collector.names()  # every matching name reported in this process
+        ['Example/loss']
         >>> collector.update()
-        >>> collector.num('Loss/G/loss'), collector['Loss/G/loss']
+        >>> collector.num('Example/loss'), collector['Example/loss']
         (3, 2.0)
     """
 

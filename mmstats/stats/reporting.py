@@ -73,11 +73,11 @@ class Reporter:
 
     Example:
         >>> from mmstats.stats.reporting import REPORTER
-        >>> REPORTER.enabled  # no collector alive: report() keeps nothing
-        False
-        >>> with REPORTER.in_phase('val'):
+        >>> with REPORTER.in_phase('val'):  # names get 'val/' in front
         ...     REPORTER.phase
         'val/'
+        >>> REPORTER.phase
+        ''
     """
 
     def __init__(self) -> None:
