@@ -1,21 +1,41 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """mmstats: exact, cheap training statistics for mmengine.
 
-Importing the package registers mmstats' hooks in its own ``mmstats``
-registry scope and changes nothing else (no root-registry entries, no
-process-wide torch state). Resuming mmengine checkpoints under
-``torch.load(weights_only=True)`` is an explicit opt-in:
+Importing the package changes nothing process-wide: no root-registry
+entries, no torch state (not even what importing ``mmengine.hooks`` adds to
+torch's ``weights_only`` allowlist). The hooks and ``update_bn_stats`` load
+on first use: a config's ``type='mmstats.X'`` imports them through the
+``mmstats`` registry's locations, and ``mmstats.StatsCollectorHook`` (or
+``import mmstats.hooks``) imports them here. Resuming mmengine checkpoints
+under ``torch.load(weights_only=True)`` is an explicit opt-in:
 :func:`mmstats.utils.allow_mmengine_checkpoints`.
 """
+import importlib
+from typing import Any
+
 # first: an old torch or mmengine fails here, naming the version needed
 from .utils import compat  # isort: skip  # noqa: F401
 from .dist import scaled_all_reduce
-from .hooks import ModuleStatsHook, PreciseBNHook, StatsCollectorHook
-from .precise_bn import update_bn_stats
 from .stats import Collector, report, report0
 from .version import __version__
+
+# loaded on first use (they import mmengine.hooks / mmengine.model)
+_LAZY = {
+    'ModuleStatsHook': '.hooks',
+    'PreciseBNHook': '.hooks',
+    'StatsCollectorHook': '.hooks',
+    'update_bn_stats': '.precise_bn',
+}
 
 __all__ = [
     '__version__', 'report', 'report0', 'Collector', 'scaled_all_reduce',
     'update_bn_stats', 'ModuleStatsHook', 'PreciseBNHook', 'StatsCollectorHook'
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
