@@ -12,9 +12,7 @@ recomputation from the raw values of exactly the iterations it covers:
 publications after iterations 3, 6 and 7. The CUDA fp16 cells run in
 ``tests/cuda`` (``make test-gpu``).
 """
-import json
 import math
-import os.path as osp
 
 import numpy as np
 import pytest
@@ -28,7 +26,7 @@ from mmengine.runner import Runner
 from torch.utils.checkpoint import checkpoint
 
 from tests.helpers.dist import run_distributed
-from tests.helpers.runner import gloo_launch, toy_cfg
+from tests.helpers.runner import gloo_launch, read_scalars, toy_cfg
 from tests.helpers.toy import ToyBNModel, ToyDataset
 
 MAX_ITERS = 7
@@ -206,11 +204,7 @@ def _train(work_dir,
                 if isinstance(h, MatrixRecorderHook)][0]
     model = runner.model.module if world > 1 else runner.model
     bn = model.backbone.stem.bn
-    published = {}  # rank 0 writes scalars.json
-    path = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
-    for line in open(path) if osp.exists(path) else []:
-        record = json.loads(line)
-        published.setdefault(record['step'], {}).update(record)
+    published = read_scalars(runner)  # rank 0 writes scalars.json
     return dict(
         published=published,
         losses=recorder.losses,

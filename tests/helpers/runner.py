@@ -115,3 +115,19 @@ def clear_mmengine_singletons() -> None:
             logger.removeHandler(handler)
     for cls in _subclasses(ManagerMixin):
         cls._instance_dict.clear()
+
+
+def read_scalars(runner) -> dict:
+    """``vis_data/scalars.json`` of ``runner`` merged by step (LoggerHook's
+    records and the hooks' own); empty where this rank writes none."""
+    import json
+    import os.path as osp
+    merged: dict = {}
+    path = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
+    if not osp.exists(path):
+        return merged
+    with open(path) as f:
+        for line in f:
+            record = json.loads(line)
+            merged.setdefault(record['step'], {}).update(record)
+    return merged

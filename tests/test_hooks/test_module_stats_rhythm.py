@@ -1,25 +1,13 @@
 """ModuleStatsHook instruments exactly the iterations StatsCollectorHook
 publishes after: the collector's own interval (not LoggerHook's), its
 ``by_epoch`` summaries, and the last iteration of an iteration-based run."""
-import json
-import os.path as osp
-
 import pytest
 from mmengine.runner import Runner
 
-from tests.helpers.runner import toy_cfg
+from tests.helpers.runner import read_scalars, toy_cfg
 
 BATCH = 16
 LOGITS = 10
-
-
-def _published(runner) -> dict:
-    merged = {}
-    path = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
-    for line in open(path):
-        record = json.loads(line)
-        merged.setdefault(record['step'], {}).update(record)
-    return merged
 
 
 def _train(tmp_path, by_epoch, collector):
@@ -43,7 +31,7 @@ def _train(tmp_path, by_epoch, collector):
     cfg.train_cfg.pop('val_interval', None)
     runner = Runner.from_cfg(cfg)
     runner.train()
-    return _published(runner)
+    return read_scalars(runner)
 
 
 @pytest.mark.parametrize(
