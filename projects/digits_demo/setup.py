@@ -8,7 +8,7 @@ setup(
     version='0.1.0',
     description='The mmstats demo: a small ResNet on the embedded digits',
     license='Apache-2.0',
-    python_requires='>=3.10',
+    python_requires='>=3.11',
     packages=find_packages(include=['digits_demo', 'digits_demo.*']),
     # mmstats itself comes from the repository root (`pip install -e .`):
     # the PyPI name 'mmstats' belongs to an unrelated package.
