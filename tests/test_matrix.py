@@ -204,7 +204,7 @@ def _train(work_dir,
                 if isinstance(h, MatrixRecorderHook)][0]
     model = runner.model.module if world > 1 else runner.model
     bn = model.backbone.stem.bn
-    published = read_scalars(runner)  # rank 0 writes scalars.json
+    published = read_scalars(runner, missing_ok=True)  # rank 0 writes it
     return dict(
         published=published,
         losses=recorder.losses,

@@ -117,14 +117,20 @@ def clear_mmengine_singletons() -> None:
         cls._instance_dict.clear()
 
 
-def read_scalars(runner) -> dict:
+def read_scalars(runner, missing_ok: bool = False) -> dict:
     """``vis_data/scalars.json`` of ``runner`` merged by step (LoggerHook's
-    records and the hooks' own); empty where this rank writes none."""
+    records and the hooks' own).
+
+    Args:
+        runner (Runner): The runner that trained.
+        missing_ok (bool): Return ``{}`` where there is no file (ranks > 0
+            write none). Defaults to False.
+    """
     import json
     import os.path as osp
     merged: dict = {}
     path = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
-    if not osp.exists(path):
+    if missing_ok and not osp.exists(path):
         return merged
     with open(path) as f:
         for line in f:

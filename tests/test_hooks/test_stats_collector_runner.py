@@ -1,7 +1,6 @@
 """StatsCollectorHook in real mmengine Runners (1 and 2 gloo processes):
 every published number is checked against the per-iteration losses, with
 the iterations it covers."""
-import json
 import math
 import os.path as osp
 import re
@@ -16,7 +15,7 @@ from mmengine.runner import Runner
 
 from mmstats import report
 from tests.helpers.dist import run_distributed
-from tests.helpers.runner import gloo_launch, toy_cfg
+from tests.helpers.runner import gloo_launch, read_scalars, toy_cfg
 
 
 # ------------------------------------------------------------ real Runners
@@ -56,16 +55,6 @@ class LossRecorderHook(Hook):
         if self.demo_names:
             for name in self.DEMO_NAMES:
                 report(name, torch.arange(4.) * outputs['loss'].detach())
-
-
-def read_scalars(runner) -> dict:
-    """scalars.json merged by step (our records and LoggerHook's)."""
-    path = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
-    merged = {}
-    for line in open(path):
-        record = json.loads(line)
-        merged.setdefault(record['step'], {}).update(record)
-    return merged
 
 
 def recorder(runner) -> LossRecorderHook:

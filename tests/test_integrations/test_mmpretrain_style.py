@@ -16,8 +16,6 @@ the first trainable BN layer (after the frozen stage and a bias-free conv,
 its inputs do not depend on how samples are batched) from the whole dataset.
 """
 import copy
-import json
-import os.path as osp
 import time
 
 import numpy as np
@@ -35,6 +33,8 @@ from mmengine.runner import Runner
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import Dataset
+
+from tests.helpers.runner import read_scalars
 
 mmcv_cnn = pytest.importorskip('mmcv.cnn')
 
@@ -357,15 +357,6 @@ def assert_bn_precise(state, ref, bn_name):
         state[f'{bn_name}.running_mean'].double(), mean, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(
         state[f'{bn_name}.running_var'].double(), var, rtol=1e-4, atol=1e-6)
-
-
-def read_scalars(runner) -> dict:
-    merged = {}
-    with open(osp.join(runner.log_dir, 'vis_data', 'scalars.json')) as f:
-        for line in f:
-            record = json.loads(line)
-            merged.setdefault(record['step'], {}).update(record)
-    return merged
 
 
 def train_and_check(cfg: dict, collate) -> None:
