@@ -111,23 +111,22 @@ def report(name: str, value: Any) -> Any:
     Returns:
         The same ``value`` object.
     """
-    if _is_compiling():  # no Python state touched in a traced region
-        return _report(name, value)
-    if _DEFAULT[0] is None:
-        _default_collector()
-    value = _report(name, value)
-    if name not in _NAMES:
-        _NAMES[name] = None
-    return value
+    return _record(_report, name, value)
 
 
 def report0(name: str, value: Any) -> Any:
     """Like :func:`report`; only rank 0's values are counted."""
-    if _is_compiling():
-        return _report0(name, value)
+    return _record(_report0, name, value)
+
+
+def _record(report_fn: Any, name: str, value: Any) -> Any:
+    """``report_fn(name, value)``, the name recorded for
+    :meth:`Collector.names` and ``default_collector`` brought into being."""
+    if _is_compiling():  # no Python state touched in a traced region
+        return report_fn(name, value)
     if _DEFAULT[0] is None:
         _default_collector()
-    value = _report0(name, value)
+    value = report_fn(name, value)
     if name not in _NAMES:
         _NAMES[name] = None
     return value

@@ -10,7 +10,7 @@ from mmengine.runner import IterBasedTrainLoop, LogProcessor
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
 from .log_rhythm import (epoch_ends_after, find_logger_hook, log_current_value,
-                         report_iteration_times, slowest_rank,
+                         logs_train_line, report_iteration_times, slowest_rank,
                          train_publication)
 from .stats_collector_args import (OUTPUTS_PREFIX, check_args, check_log_regex,
                                    collector_patterns)
@@ -156,11 +156,11 @@ class StatsCollectorHook(Hook):
         self.collectors: Dict[str, Collector] = {}
         self._logger = None
         self._previous_phase: Optional[str] = None
-        self._batches = WorkerBatches()
         self._start_run()
 
     def _start_run(self) -> None:
-        """Forget what a previous run published."""
+        """Forget what a previous run published and which loaders it had."""
+        self._batches = WorkerBatches()
         self._seen_keys: set = set()
         self._text_keys: Dict[str, set] = {}  # mode -> keys in the hub now
         self._nonfinite_names: set = set()
@@ -174,7 +174,6 @@ class StatsCollectorHook(Hook):
             self.interval = (
                 self._logger.interval if self._logger else DEFAULT_INTERVAL)
         self._start_run()
-        self._batches = WorkerBatches()
         self.collectors = {
             mode:
             Collector(
@@ -363,8 +362,8 @@ class StatsCollectorHook(Hook):
         self._unpublished += 1
         if self.by_epoch or not self.publishes_after(runner, batch_idx):
             return
-        logged = self._logger is not None and train_publication(
-            runner, batch_idx, self._logger.interval, self._logger)[1]
+        logged = self._logger is not None and logs_train_line(
+            runner, batch_idx, self._logger.interval, self._logger.ignore_last)
         text = self._publish(runner, 'train', logged, step=runner.iter + 1)
         self._unpublished = 0
         if not logged and _ends_training(runner, batch_idx):

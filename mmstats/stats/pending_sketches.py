@@ -36,6 +36,12 @@ class PendingSketches:
         # reporting threads add here; flush() takes
         self.lock = threading.Lock()
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (the parent's may have been held
+        by another thread) and nothing pending."""
+        self.lock = threading.Lock()
+        self.counts = {}
+
     def reset(self) -> None:
         """Drop every pending count."""
         with self.lock:

@@ -42,7 +42,7 @@ from .values import add_value, name_error
 
 __all__ = [
     'Flush', 'Reporter', 'REPORTER', 'report', 'report0', 'phase',
-    'current_phase', 'suspend_reporting', 'reset'
+    'suspend_reporting', 'reset'
 ]
 
 _is_compiling = torch.compiler.is_compiling
@@ -214,8 +214,7 @@ class Reporter:
         """A forked child (e.g. a DataLoader worker) starts with nothing
         pending: its parent's values must not be counted twice."""
         self.store.forget_threads()
-        self.sketches.lock = threading.Lock()
-        self.sketches.counts = {}
+        self.sketches.after_fork()
         self._local = threading.local()
         self._local.store = self.store
         self.phase = ''
@@ -340,11 +339,6 @@ def phase(name: Optional[str]) -> Optional[str]:
         str or None: The previous phase, to restore it.
     """
     return REPORTER.set_phase(name)
-
-
-def current_phase() -> str:
-    """The prefix :func:`report` adds now (``''`` or ``'<phase>/'``)."""
-    return REPORTER.phase
 
 
 def suspend_reporting():
