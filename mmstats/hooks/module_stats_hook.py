@@ -4,8 +4,10 @@ on the iterations that end a publication interval (``docs/module_stats.md``).
 """
 import re
 import time
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Union
 
+import torch
+from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
@@ -13,12 +15,12 @@ from mmengine.optim import OptimWrapper, OptimWrapperDict
 from torch import nn
 
 from mmstats.registry import HOOKS
+from mmstats.sharding import ParamLayout, sum_squares
 from mmstats.stats import report
 from .log_rhythm import (find_logger_hook, last_step_before_publication,
                          train_publication)
 from .module_act import ActivationProbes, in_backward
-from .module_steps import StepProbe
-from .module_tensors import SegmentNorms
+from .module_steps import BEFORE, GRAD, UPDATE, StepProbe
 from .stats_collector_hook import DEFAULT_INTERVAL, StatsCollectorHook
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
@@ -115,8 +117,10 @@ class ModuleStatsHook(Hook):
         self._interval = DEFAULT_INTERVAL
         self._acts: Optional[ActivationProbes] = None
         self._steps: List[StepProbe] = []
-        self._owned: List[Tuple[int, nn.Parameter]] = []
-        self._weight_norms: Optional[SegmentNorms] = None
+        self._totals: List[str] = []  # total_grad_norm name per probe
+        self._layout: Optional[ParamLayout] = None
+        self._weights: List[tuple] = []  # (segment, part) of every target
+        self._device = torch.device('cpu')
         self._publishes = False
         self._skipped = 0
         self._cost = 0.0
@@ -152,11 +156,13 @@ class ModuleStatsHook(Hook):
                 'publishes them',
                 'current',
                 level=30)
-        keys = [f'{self.prefix}/{name}' for name in self.targets]
-        self._owned = [(index, param)
-                       for index, module in enumerate(self.targets.values())
-                       for param in module.parameters()]
-        self._weight_norms = SegmentNorms(len(keys))
+        self._layout = ParamLayout(runner.model)
+        owners = self._layout.owners(list(self.targets.values()))
+        self._weights = [(segment, self._layout.parts[i])
+                         for i, segments in owners.items()
+                         for segment in segments]
+        self._device = next(runner.model.parameters(),
+                            torch.zeros(0)).device
         if 'act' in self.stats:
             self._acts = ActivationProbes(self.targets, self.prefix)
             if not in_backward.available:
@@ -167,13 +173,21 @@ class ModuleStatsHook(Hook):
                     'current',
                     level=30)
         wrappers = (
-            list(runner.optim_wrapper.values()) if isinstance(
-                runner.optim_wrapper, OptimWrapperDict) else
-            [runner.optim_wrapper])
-        self._steps = [
-            StepProbe(wrapper, self._owned, keys, self.stats)
-            for wrapper in wrappers if isinstance(wrapper, OptimWrapper)
-        ]
+            dict(runner.optim_wrapper.items()) if isinstance(
+                runner.optim_wrapper, OptimWrapperDict) else {
+                    '': runner.optim_wrapper
+                })
+        # segments: the targets, then one of every parameter (the total)
+        total = len(self.targets)
+        parts = self._weights + [(total, part) for part in self._layout.parts]
+        self._steps, self._totals = [], []
+        for key, wrapper in wrappers.items():
+            if not isinstance(wrapper, OptimWrapper):
+                continue
+            self._steps.append(
+                StepProbe(wrapper, parts, total + 1, self.stats, self._device))
+            self._totals.append(f'{self.prefix}/total_grad_norm' +
+                                (f'.{key}' if key else ''))
         for probe in self._steps:
             if probe.amp and getattr(probe.optim_wrapper.optimizer,
                                      '_step_supports_amp_scaling', False):
@@ -185,9 +199,11 @@ class ModuleStatsHook(Hook):
                     'current',
                     level=30)
                 probe.stats, probe.amp = [], False
-        for probe in [p for p in self._steps if not (p.stats or p.amp)]:
-            probe.remove()  # nothing to take at its steps
-            self._steps.remove(probe)
+        for index in reversed(range(len(self._steps))):
+            probe = self._steps[index]
+            if not (probe.stats or probe.amp):
+                probe.remove()  # nothing to take at its steps
+                del self._steps[index], self._totals[index]
 
     # -- when ------------------------------------------------------------
     def publishes_after(self, runner, batch_idx: int) -> bool:
@@ -239,8 +255,7 @@ class ModuleStatsHook(Hook):
             self._acts.cost = 0.0
         if not self._publishes:
             return
-        if 'weight_norm' in self.stats and self._owned:
-            self._report_weight_norms()
+        self._report_norms()
         if any(p.amp for p in self._steps):
             report(f'{self.prefix}/amp_skipped_steps', float(self._skipped))
             self._skipped = 0
@@ -260,10 +275,40 @@ class ModuleStatsHook(Hook):
             probe.remove()
         self._steps = []
 
-    def _report_weight_norms(self) -> None:
-        owners = [index for index, _ in self._owned]
-        norms = self._weight_norms([p.detach() for _, p in self._owned],
-                                   owners)
+    def _report_norms(self) -> None:
+        """Report the norms of the full tensors: the local sums of squares
+        of the armed steps and of the weights, SUM-reduced over the ranks
+        in one collective when the model is sharded."""
+        taken = [probe.take() for probe in self._steps]
+        rows = [squares.flatten() for squares, _ in taken]
+        if 'weight_norm' in self.stats and self._weights:
+            rows.append(
+                sum_squares([part.weight() for _, part in self._weights],
+                            [segment for segment, _ in self._weights],
+                            len(self.targets), self._device))
+        if not rows:
+            return
+        payload = torch.cat(rows)
+        if self._layout.sharded:
+            all_reduce(payload, op='sum')  # every rank, same shape
+        norms = payload.sqrt_()
         names = list(self.targets)
-        for index in sorted(set(owners)):
-            report(f'{self.prefix}/{names[index]}/weight_norm', norms[index])
+        size = 3 * (len(names) + 1)
+        for index, (_, present) in enumerate(taken):
+            squares = norms[index * size:(index + 1) * size].view(3, -1)
+            for segment in present:
+                if segment == len(names):
+                    if 'grad_norm' in self.stats:
+                        report(self._totals[index], squares[GRAD, segment])
+                    continue
+                key = f'{self.prefix}/{names[segment]}'
+                if 'grad_norm' in self.stats:
+                    report(f'{key}/grad_norm', squares[GRAD, segment])
+                if 'update_ratio' in self.stats:
+                    report(f'{key}/update_ratio',
+                           squares[UPDATE, segment] / squares[BEFORE, segment])
+        if 'weight_norm' in self.stats and self._weights:
+            weights = norms[len(taken) * size:]
+            for segment in sorted({s for s, _ in self._weights}):
+                report(f'{self.prefix}/{names[segment]}/weight_norm',
+                       weights[segment])

@@ -262,7 +262,7 @@ class PreciseBNHook(Hook):
             self._loader,
             num_samples=self.num_samples,
             estimator=self.estimator,
-            forward_context=self._forward_context(runner, model),
+            forward_context=self._forward_context(runner, self._bare(runner)),
             progress=self.progress)
         log_summary(summary, what, first=self._num_runs == 0)
         return summary
@@ -275,7 +275,8 @@ class PreciseBNHook(Hook):
             log_modes(names)
         if not names:
             return
-        summary = self._recompute(runner, model, 'model')
+        # the model as trained: update_bn_stats strips DDP, keeps sharding
+        summary = self._recompute(runner, runner.model, 'model')
         if not summary['num_layers']:  # none was called in the forwards
             return
         self._pending[VAR_CHANGE] = summary['var_change']

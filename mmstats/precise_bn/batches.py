@@ -1,7 +1,7 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """Feeding one batch to a model and counting its samples; the loaders
 that PreciseBNHook reads batches from."""
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import torch
 from mmengine.dataset import DefaultSampler
@@ -9,7 +9,10 @@ from mmengine.model import BaseModel
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-__all__ = ['count_samples', 'forward_batch', 'check_loader_cfg', 'loader_like']
+__all__ = [
+    'count_samples', 'prepare_batch', 'forward_batch', 'check_loader_cfg',
+    'loader_like'
+]
 
 
 def count_samples(inputs: Any) -> int:
@@ -35,40 +38,52 @@ def _to_device(data: Any, device: torch.device) -> Any:
     return data
 
 
-def forward_batch(model: nn.Module, batch: Any,
-                  device: Optional[torch.device]) -> int:
-    """Run one forward on ``batch``; return its number of samples.
+def prepare_batch(model: nn.Module, batch: Any,
+                  device: Optional[torch.device]) -> Tuple[tuple, dict, int]:
+    """The arguments of one forward of ``model`` on ``batch``, and the
+    batch's number of samples.
 
     An mmengine ``BaseModel`` gets ``model.data_preprocessor(batch, False)``
-    and ``model(**data, mode='tensor')``; a plain module gets a tensor batch
-    as is, ``batch[0]`` of a tuple/list and a dict as keyword arguments
-    (moved to ``device`` first).
+    and ``mode='tensor'``; a plain module gets a tensor batch as is,
+    ``batch[0]`` of a tuple/list and a dict as keyword arguments (moved to
+    ``device`` first).
+
+    Returns:
+        tuple: ``(args, kwargs, samples)``; the forward is
+        ``model(*args, **kwargs)`` (called through the wrapper that shards
+        ``model``, if any).
     """
     if isinstance(model, BaseModel):
         data = model.data_preprocessor(batch, False)
         if isinstance(data, dict):
-            model(**data, mode='tensor')
-            return count_samples(data['inputs'] if 'inputs' in data else data)
+            return (), dict(
+                data, mode='tensor'), count_samples(
+                    data['inputs'] if 'inputs' in data else data)
         if isinstance(data, (list, tuple)):
-            model(*data, mode='tensor')
-            return count_samples(data[0])
+            return tuple(data), dict(mode='tensor'), count_samples(data[0])
         raise TypeError('update_bn_stats: the data_preprocessor returned a '
                         f'{type(data).__name__}; expected a dict or tuple')
     if device is not None and device.type != 'cpu':
         batch = _to_device(batch, device)
     if isinstance(batch, Tensor):
-        model(batch)
-        return count_samples(batch)
+        return (batch, ), {}, count_samples(batch)
     if isinstance(batch, (list, tuple)) and batch:
-        model(batch[0])
-        return count_samples(batch[0])
+        return (batch[0], ), {}, count_samples(batch[0])
     if isinstance(batch, dict):
-        model(**batch)
-        return count_samples(batch)
+        return (), dict(batch), count_samples(batch)
     raise TypeError('update_bn_stats: a batch for a plain nn.Module must be '
                     'a tensor, a non-empty tuple/list (the first item is fed '
                     f'to the model) or a dict of kwargs; got '
                     f'{type(batch).__name__}')
+
+
+def forward_batch(model: nn.Module, batch: Any,
+                  device: Optional[torch.device]) -> int:
+    """Run one forward of ``model`` on ``batch`` (:func:`prepare_batch`);
+    return its number of samples."""
+    args, kwargs, size = prepare_batch(model, batch, device)
+    model(*args, **kwargs)
+    return size
 
 
 def check_loader_cfg(dataloader: Any, owner: str = 'PreciseBNHook') -> None:

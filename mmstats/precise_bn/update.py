@@ -11,14 +11,15 @@ from typing import (Any, Callable, ContextManager, Dict, Iterable, Iterator,
 
 import numpy as np
 import torch
+from mmengine.dist import all_reduce
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from mmengine.utils import ProgressBar
 from torch import Tensor, nn
 
-from mmstats.dist import get_rank, get_world_size, scaled_all_reduce
+from mmstats.dist import get_rank, get_world_size
+from mmstats.sharding import forward_modules, is_sharded, reshard
 from mmstats.stats import suspend_reporting
-from .batches import forward_batch
+from .batches import prepare_batch
 from .estimators import ESTIMATORS
 from .layers import find_layers
 from .recorder import BNRecorder, LayerGroup
@@ -59,61 +60,138 @@ def check_args(num_samples: Any,
                          f'{tuple(ESTIMATORS)}, got {estimator!r}')
 
 
-def _run_batches(model: nn.Module, loader: Iterable, recorder: BNRecorder,
-                 target: int, context: Callable, progress: bool,
-                 logger: Any) -> Tuple[int, int, Optional[BaseException]]:
-    """Forward batches until ``target`` samples were used on this rank;
-    return (samples, batches, the exception that stopped it or None)."""
-    seen = batches = 0
-    device = recorder.groups[0].device
-    bar = ProgressBar(target, file=sys.stdout) if progress else None
-    try:
-        iterator = iter(loader)
-        while seen < target:
+class _Batches:
+    """Feeds batches to the model until ``target`` samples were used on
+    this rank.
+
+    With a sharded model every forward is a collective, so every rank must
+    run the same forwards: before each one the ranks agree (one MIN
+    all_reduce of four flags) on whether to go on, to stop (some rank ran
+    out of data or failed preparing its batch) or to skip the batch on all
+    ranks (some rank holds a single sample: BatchNorm refuses it).
+    """
+
+    def __init__(self, model: nn.Module, base: nn.Module, recorder: BNRecorder,
+                 target: int, context: Callable, sharded: bool, group: Any,
+                 logger: Any) -> None:
+        self.model, self.base, self.recorder = model, base, recorder
+        self.target, self.context = target, context
+        self.sharded, self.group, self.logger = sharded, group, logger
+        self.device = recorder.groups[0].device
+        self.seen = self.batches = 0
+
+    def run(self, loader: Iterable, progress: bool) -> Optional[BaseException]:
+        """Forward the batches of ``loader``; return the exception that
+        stopped it, or None."""
+        bar = ProgressBar(self.target, file=sys.stdout) if progress else None
+        try:
+            iterator = iter(loader)
+            while True:
+                step = self._step(iterator)
+                if step is None:
+                    break
+                if bar is not None and step:
+                    bar.update(step)
+        except Exception as exc:  # all ranks must still join the reduction
+            return exc
+        finally:
+            if bar is not None:
+                sys.stdout.write('\n')
+        return None
+
+    def _ran_out(self) -> None:
+        print_log(
+            f'update_bn_stats: the loader ran out after {self.seen} samples '
+            f'({self.batches} batches) on rank {get_rank()}; {self.target} '
+            'were wanted: using what there is',
+            self.logger,
+            level=logging.WARNING)
+
+    def _skipped(self, reason: str) -> None:
+        print_log(
+            f'update_bn_stats: skipped a batch too small for BatchNorm '
+            f'({reason})',
+            self.logger,
+            level=logging.WARNING)
+
+    def _step(self, iterator: Iterator) -> Optional[int]:
+        """One batch: its samples used (0: skipped), or None to stop."""
+        if not self.sharded:
+            if self.seen >= self.target:
+                return None
             try:
                 batch = next(iterator)
             except StopIteration:
-                print_log(
-                    f'update_bn_stats: the loader ran out after {seen} '
-                    f'samples ({batches} batches) on rank {get_rank()}; '
-                    f'{target} were wanted: using what there is',
-                    logger,
-                    level=logging.WARNING)
-                break
+                self._ran_out()
+                return None
             try:
-                with context():
-                    size = forward_batch(model, batch, device)
+                with self.context():
+                    args, kwargs, size = prepare_batch(self.base, batch,
+                                                       self.device)
+                    self.model(*args, **kwargs)
             except ValueError as e:  # e.g. a last batch of one sample
                 if _TOO_SMALL not in str(e):
                     raise
-                recorder.counts[:] = [0] * len(recorder.counts)
-                print_log(
-                    f'update_bn_stats: skipped a batch too small for '
-                    f'BatchNorm ({e})',
-                    logger,
-                    level=logging.WARNING)
-                continue
-            recorder.accumulate()
-            seen, batches = seen + size, batches + 1
-            if bar is not None:
-                bar.update(size)
-    except Exception as exc:  # all ranks must still join the reduction
-        return seen, batches, exc
-    finally:
-        if bar is not None:
-            sys.stdout.write('\n')
-    return seen, batches, None
+                self.recorder.counts[:] = [0] * len(self.recorder.counts)
+                self._skipped(str(e))
+                return 0
+            return self._used(size)
+        # sharded: decide together, then forward on every rank or none
+        wants = self.seen < self.target
+        have, error, size = True, None, 2
+        try:
+            batch = next(iterator)
+            with self.context():
+                args, kwargs, size = prepare_batch(self.base, batch,
+                                                   self.device)
+        except StopIteration:
+            have = False
+        except Exception as exc:  # agreed on below, raised after
+            error = exc
+        flags = torch.tensor([have, error is None, -float(wants), size >= 2],
+                             dtype=torch.float64,
+                             device=self.device)
+        all_reduce(flags, op='min', group=self.group)
+        all_have, all_ok, anyone_wants, big_enough = flags.tolist()
+        if not all_ok:
+            raise error if error is not None else RuntimeError(
+                'update_bn_stats: preparing a batch failed on another rank')
+        if anyone_wants == 0:
+            return None
+        if not all_have:
+            if not have:
+                self._ran_out()
+            return None
+        if not big_enough:
+            self._skipped('a batch of one sample on some rank: skipped on '
+                          'every rank of the sharded model')
+            return 0
+        with self.context():
+            self.model(*args, **kwargs)
+        return self._used(size)
+
+    def _used(self, size: int) -> int:
+        self.recorder.accumulate()
+        self.seen, self.batches = self.seen + size, self.batches + 1
+        return size
 
 
 def _reduce(recorder: BNRecorder, meta: Tensor, group: Any) -> None:
-    """Sum the accumulators and ``meta`` over the ranks, in place."""
-    world_size = get_world_size(group)
-    if world_size == 1:
+    """Sum the float64 accumulators and ``meta`` over the ranks, in place:
+    one all_reduce of one flat buffer per device (in a fixed order)."""
+    if get_world_size(group) == 1:
         return
-    tensors = [t for g in recorder.groups for t in (g.sums, g.weights)]
-    scaled_all_reduce(tensors + [meta], group=group)  # averages
-    for tensor in tensors + [meta]:
-        tensor.mul_(world_size)
+    buckets: Dict[str, List[Tensor]] = {}
+    for tensor in [t for g in recorder.groups
+                   for t in (g.sums, g.weights)] + [meta]:
+        buckets.setdefault(str(tensor.device), []).append(tensor)
+    for device in sorted(buckets):
+        tensors = buckets[device]
+        flat = torch.cat([t.flatten() for t in tensors])
+        all_reduce(flat, op='sum', group=group)
+        torch.split_with_sizes_copy(
+            flat, [t.numel() for t in tensors],
+            out=[t.view(-1) for t in tensors])
 
 
 def _commit(recorder: BNRecorder, group: LayerGroup, mean: Tensor,
@@ -234,10 +312,11 @@ def update_bn_stats(model: nn.Module,
                         '`lambda: torch.autocast("cuda")`), got '
                         f'{forward_context!r}')
     start_time = time.perf_counter()
-    while is_model_wrapper(model) or isinstance(
-            model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-        model = model.module  # no collectives in the forwards
-    named, frozen, unaffected, kept = find_layers(model)
+    # DDP's forward only adds collectives: run the module inside; a
+    # sharded model runs through its sharding (the forward gathers shards)
+    model, base = forward_modules(model)
+    sharded = is_sharded(model) and get_world_size(group) > 1
+    named, frozen, unaffected, kept = find_layers(base)
     summary: Dict[str, Any] = dict(
         num_layers=0,
         num_samples=0,
@@ -259,10 +338,12 @@ def update_bn_stats(model: nn.Module,
     with preserve_rng_state(), suspend_reporting():
         try:
             recorder.install()
-            seen, batches, error = _run_batches(
-                model, data_loader, recorder,
-                math.ceil(num_samples / world_size), forward_context
-                or nullcontext, progress, logger or 'current')
+            feeder = _Batches(model, base, recorder,
+                              math.ceil(num_samples / world_size),
+                              forward_context or nullcontext, sharded, group,
+                              logger or 'current')
+            error = feeder.run(data_loader, progress)
+            seen, batches = feeder.seen, feeder.batches
             recorder.fold()
             meta = torch.tensor([float(error is not None), seen, batches],
                                 dtype=torch.float64,
@@ -285,6 +366,8 @@ def update_bn_stats(model: nn.Module,
             recorder.restore()
             for buf, value in kept:
                 buf.copy_(value)
+            if sharded:
+                reshard(model)
         var_changes, mean_changes = [], []
         for g, (mean, var) in zip(recorder.groups, results):
             called, var_change, mean_change = _commit(recorder, g, mean, var)

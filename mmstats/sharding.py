@@ -1,0 +1,340 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Where a model's parameters live: the part of every parameter this rank
+holds under DDP, FSDP1, FSDP2 and DeepSpeed ZeRO, and which of its ranks
+counts it.
+
+A statistic of a full tensor that is a sum over its elements (a squared
+norm) is the SUM over ranks of the sums over the local parts, provided
+every element is counted on exactly one rank: a sharded part on the rank
+that holds it, a replicated tensor (DDP, FSDP's ``NO_SHARD``, a DTensor's
+``Replicate`` dimension) on the first of its replicas. An empty local
+shard counts zero. Nothing is gathered: the local parts are views.
+
+Which layouts are read, and how (``docs/sharding.md``):
+
+- a plain module or DDP: every parameter whole on every rank (no
+  reduction needed; :attr:`ParamLayout.sharded` is False);
+- FSDP1 (``FullyShardedDataParallel``, ``use_orig_params`` True or False):
+  each flat parameter's local shard (``_local_shard``) and sharded gradient,
+  cut into the original parameters with FSDP's own shard bookkeeping;
+- FSDP2 (``fully_shard``): DTensor parameters and gradients, their
+  ``to_local()`` parts;
+- DeepSpeed ZeRO-3: each parameter's partition ``ds_tensor``.
+"""
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    'ParamPart', 'ParamLayout', 'sum_squares', 'is_sharded', 'forward_modules',
+    'reshard'
+]
+
+
+class ParamPart:
+    """The part of one original parameter that this rank holds.
+
+    Args:
+        module (nn.Module): The module that registers the parameter.
+        trainable (bool): Whether the parameter requires a gradient.
+        optim_key (Tensor): The tensor an optimizer holds for it (the
+            parameter itself, or FSDP1's flat parameter).
+        weight (Callable[[], Tensor]): Returns the local part of the values
+            (a view, possibly empty).
+        grad (Callable[[], Optional[Tensor]]): Returns the local part of the
+            gradient, or None when there is none.
+    """
+
+    __slots__ = ('module', 'trainable', 'optim_key', 'weight', 'grad')
+
+    def __init__(self, module: nn.Module, trainable: bool, optim_key: Tensor,
+                 weight: Callable[[], Tensor],
+                 grad: Callable[[], Optional[Tensor]]) -> None:
+        self.module = module
+        self.trainable = trainable
+        self.optim_key = optim_key
+        self.weight = weight
+        self.grad = grad
+
+
+def _plain_part(module: nn.Module, param: Tensor, counted: bool) -> ParamPart:
+    if not counted:  # a replica of rank 0's: counts zero here
+        return _uncounted(module, param, param, lambda p=param: p.grad)
+    return ParamPart(
+        module,
+        param.requires_grad,
+        param,
+        param.detach,
+        lambda p=param: p.grad)
+
+
+def _uncounted(module: nn.Module, param: Tensor, optim_key: Tensor,
+               whole_grad: Callable[[], Optional[Tensor]]) -> ParamPart:
+    """A part that counts zero on this rank; its gradient is None exactly
+    when the whole parameter has none (the same on every rank)."""
+    empty = torch.zeros(0, dtype=param.dtype, device=param.device)
+
+    def grad() -> Optional[Tensor]:
+        return None if whole_grad() is None else empty
+
+    return ParamPart(module, optim_key.requires_grad, optim_key, lambda: empty,
+                     grad)
+
+
+def _dtensor_part(module: nn.Module, param: Tensor) -> ParamPart:
+    """An FSDP2 (DTensor) parameter: its local part, or an empty one where
+    this rank holds a replica of another rank's part."""
+    mesh = param.device_mesh
+    for dim, placement in enumerate(param.placements):
+        if placement.is_partial():
+            raise ValueError('mmstats: a parameter with a Partial DTensor '
+                             'placement has no value of its own')
+        if placement.is_replicate() and mesh.get_local_rank(dim) != 0:
+            return _uncounted(
+                module, param.to_local(), param, lambda p=param: p.grad)
+
+    def grad(p=param):
+        return None if p.grad is None else p.grad.to_local()
+
+    return ParamPart(
+        module,
+        param.requires_grad,
+        param,
+        lambda p=param: p.detach().to_local(),
+        grad)
+
+
+def _slice(source: Callable[[], Optional[Tensor]], start: int,
+           stop: int) -> Callable[[], Optional[Tensor]]:
+
+    def part() -> Optional[Tensor]:
+        tensor = source()
+        return None if tensor is None else tensor.detach()[start:stop]
+
+    return part
+
+
+def _fsdp1_parts(unit: nn.Module, rank: int, seen: set) -> List[ParamPart]:
+    """The original parameters of one FSDP1 unit, cut out of its flat
+    parameter's local shard with FSDP's shard bookkeeping."""
+    handle = getattr(unit, '_handle', None)
+    if handle is None or id(handle.flat_param) in seen:
+        return []
+    flat = handle.flat_param
+    seen.add(id(flat))
+    if 'HYBRID' in handle._sharding_strategy.name:
+        raise ValueError(
+            'mmstats: FSDP sharding_strategy=HYBRID_SHARD is not supported '
+            '(parameters replicated across nodes and sharded within them); '
+            'use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD')
+    counted = handle.uses_sharded_strategy or rank == 0
+    originals = flat._params or [None] * len(flat._param_infos)
+    parts = []
+    for index, (info, shard, original) in enumerate(
+            zip(flat._param_infos, flat._shard_param_infos, originals)):
+        if original is not None:  # use_orig_params=True
+            seen.add(id(original))
+        whole_grad = _fsdp1_grad(handle, index)
+        key = original if original is not None else flat  # the optimizer's
+        if not (counted and shard.in_shard):
+            parts.append(_uncounted(info.module, flat, key, whole_grad))
+            continue
+        start = shard.offset_in_shard
+        stop = start + shard.numel_in_shard
+        parts.append(
+            ParamPart(
+                info.module, key.requires_grad, key,
+                _slice(
+                    lambda h=handle: _local_shard(h.flat_param), start, stop),
+                _slice(whole_grad, start, stop)))
+    return parts
+
+
+def _local_shard(flat: Tensor) -> Tensor:
+    """This rank's shard of a flat parameter (the flat parameter itself
+    until FSDP's lazy initialisation names it ``_local_shard``)."""
+    return getattr(flat, '_local_shard', flat)
+
+
+def _fsdp1_grad(handle, index: int) -> Callable[[], Optional[Tensor]]:
+    """The unit's sharded flat gradient, or None where original parameter
+    ``index`` has no gradient (FSDP's per-parameter mask, the same on every
+    rank)."""
+    flat = handle.flat_param
+
+    def grad() -> Optional[Tensor]:
+        mask = flat._is_grad_none_mask
+        if mask is not None and (mask[index]
+                                 or not flat._params[index].requires_grad):
+            return None
+        return handle.sharded_grad
+
+    return grad
+
+
+def _zero3_part(module: nn.Module, param: Tensor) -> ParamPart:
+    """A DeepSpeed ZeRO-3 parameter: its partition ``ds_tensor``."""
+    return ParamPart(
+        module,
+        param.requires_grad,
+        param,
+        lambda p=param: p.ds_tensor.detach(),
+        lambda: None)
+
+
+class ParamLayout:
+    """The local parts of every parameter of ``model``, each element
+    counted on exactly one rank.
+
+    Every rank has the same parts in the same order (the structure of the
+    model, not its shards), so a payload built from them has the same shape
+    on every rank.
+
+    Args:
+        model (nn.Module): The model as trained: a plain module, DDP, an
+            FSDP1 module, a module with FSDP2 ``fully_shard`` units, or a
+            DeepSpeed ZeRO-3 engine's module.
+
+    Attributes:
+        parts (list[ParamPart]): One per original parameter.
+        sharded (bool): Whether the per-rank sums over :attr:`parts` must
+            be SUM-reduced over the world to be those of the full tensors
+            (otherwise every rank already holds every parameter whole).
+        kind (str): ``'plain'``, ``'fsdp'``, ``'fsdp2'`` or ``'zero3'``.
+
+    Example:
+        >>> from torch import nn
+        >>> layout = ParamLayout(nn.Linear(3, 2))
+        >>> layout.kind, layout.sharded, len(layout.parts)
+        ('plain', False, 2)
+        >>> layout.parts[0].weight().shape
+        torch.Size([2, 3])
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        from mmengine.dist import get_rank
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        from torch.distributed.tensor import DTensor
+        rank = get_rank()
+        seen: set = set()
+        parts: List[ParamPart] = []
+        kinds = set()
+        for unit in model.modules():
+            if isinstance(unit, FullyShardedDataParallel):
+                kinds.add('fsdp')
+                parts += _fsdp1_parts(unit, rank, seen)
+        plain = []
+        for module in model.modules():
+            for param in module._parameters.values():
+                if param is None or id(param) in seen:
+                    continue
+                seen.add(id(param))
+                if isinstance(param, DTensor):
+                    kinds.add('fsdp2')
+                    parts.append(_dtensor_part(module, param))
+                elif hasattr(param, 'ds_tensor'):
+                    kinds.add('zero3')
+                    parts.append(_zero3_part(module, param))
+                else:
+                    plain.append((module, param))
+        if len(kinds) > 1:
+            raise ValueError(f'mmstats: a model mixing {sorted(kinds)} '
+                             'sharding is not supported')
+        self.kind = kinds.pop() if kinds else 'plain'
+        self.sharded = self.kind != 'plain'
+        # parameters outside every shard are replicated: counted on rank 0
+        self.parts = parts + [
+            _plain_part(m, p, rank == 0 or not self.sharded) for m, p in plain
+        ]
+
+    def owners(self, targets: Sequence[nn.Module]) -> Dict[int, List[int]]:
+        """For each part (by position), the positions in ``targets`` of the
+        modules that contain it (recursively); parts in none are left
+        out."""
+        inside: Dict[int, List[int]] = {}
+        for index, target in enumerate(targets):
+            for module in target.modules():
+                inside.setdefault(id(module), []).append(index)
+        return {
+            i: inside[id(part.module)]
+            for i, part in enumerate(self.parts) if id(part.module) in inside
+        }
+
+
+def sum_squares(tensors: Sequence[Tensor], segments: Sequence[int],
+                num_segments: int, device: torch.device) -> Tensor:
+    """Per segment, the float64 sum of the squares of the elements of its
+    tensors (``segments[i]`` is the segment of ``tensors[i]``); 0 for an
+    empty segment; no host sync.
+
+    Example:
+        >>> import torch
+        >>> sum_squares([torch.ones(3), torch.full((2,), 2.)], [1, 1], 2,
+        ...             torch.device('cpu'))
+        tensor([ 0., 11.], dtype=torch.float64)
+    """
+    out = torch.zeros(num_segments, dtype=torch.float64, device=device)
+    if not tensors:
+        return out
+    norms = torch.stack(
+        torch._foreach_norm(list(tensors), 2, dtype=torch.float64))
+    index = torch.tensor(list(segments), device=norms.device)
+    return out.index_add_(0, index, norms.square())
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """Whether some parameter of ``model`` is sharded over the ranks (FSDP1,
+    FSDP2 or DeepSpeed ZeRO-3): then every forward is a collective.
+
+    Example:
+        >>> from torch import nn
+        >>> is_sharded(nn.Linear(2, 2))
+        False
+    """
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.tensor import DTensor
+    if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+        return True
+    return any(
+        isinstance(p, DTensor) or hasattr(p, 'ds_tensor')
+        for p in model.parameters())
+
+
+def forward_modules(model: nn.Module) -> Tuple[nn.Module, nn.Module]:
+    """The module to run forwards through and the user's module inside it.
+
+    Wrappers whose forward only adds collectives for training (DDP,
+    ``DataParallel``, mmengine's wrappers of them) are stripped; an FSDP1
+    wrapper is kept, since its forward gathers the shards the module
+    computes with.
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Linear(2, 2)
+        >>> forward_modules(nn.DataParallel(net)) == (net, net)
+        True
+    """
+    from mmengine.model import is_model_wrapper
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    replicas = (nn.parallel.DistributedDataParallel, nn.DataParallel)
+    outer = model
+    while not isinstance(outer, FullyShardedDataParallel) and (
+            is_model_wrapper(outer) or isinstance(outer, replicas)):
+        outer = outer.module
+    inner = outer
+    while is_model_wrapper(inner) or isinstance(
+            inner, replicas + (FullyShardedDataParallel, )):
+        inner = inner.module
+    return outer, inner
+
+
+def reshard(model: nn.Module) -> None:
+    """Free the gathered parameters that forwards outside training left
+    behind (FSDP2 keeps the root's after a forward, for the backward that
+    a ``no_grad`` forward never runs), so ``model`` is as sharded as a
+    training step leaves it."""
+    from torch.distributed.fsdp import FSDPModule
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
