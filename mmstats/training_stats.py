@@ -110,12 +110,38 @@ def report(name: str, value: Any) -> Any:
 
     Returns:
         The same ``value`` object.
+
+    Example:
+        >>> from mmstats import training_stats
+        >>> collector = training_stats.Collector(regex='Example/loss')
+        >>> _ = training_stats.report('Example/loss', 0.5)  # every rank
+        >>> collector.update()
+        >>> collector.num('Example/loss'), collector['Example/loss']
+        (1, 0.5)
     """
     return _record(_report, name, value)
 
 
 def report0(name: str, value: Any) -> Any:
-    """Like :func:`report`; only rank 0's values are counted."""
+    """Like :func:`report`; only rank 0's values are counted (other ranks
+    only record the name).
+
+    Args:
+        name (str): Name of the statistic.
+        value (float | Sequence | np.ndarray | Tensor): Values (rank 0's
+            are counted).
+
+    Returns:
+        The same ``value`` object.
+
+    Example:
+        >>> from mmstats import training_stats
+        >>> collector = training_stats.Collector(regex='Example/lr')
+        >>> _ = training_stats.report0('Example/lr', 0.1)  # rank 0's value
+        >>> collector.update()  # the same numbers on every rank
+        >>> collector.num('Example/lr'), collector['Example/lr']
+        (1, 0.1)
+    """
     return _record(_report0, name, value)
 
 
