@@ -123,3 +123,24 @@ def setup_launcher(cfg) -> None:
             device_ids=None,
             **no_buffer_sync_kwargs(),
             find_unused_parameters=cfg.get('find_unused_parameters', False))
+
+
+def finish_distributed() -> None:
+    """End a finished run's process group on every rank: a barrier, then
+    ``destroy_process_group()``. Nothing without an initialised group.
+
+    Call it once at the end of a script, after the Runner is done, on every
+    rank (the barrier is a collective). A process that exits with its gloo
+    group still alive can abort at interpreter exit (``terminate called
+    without an active exception``, exit code -6, seen on a rank of a
+    finished 2-process CPU run); the barrier lets every rank finish its
+    last collective before any rank tears its group down.
+
+    Example:
+        >>> runner.train()
+        >>> finish_distributed()   # the last line of tools/train.py
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    dist.destroy_process_group()
