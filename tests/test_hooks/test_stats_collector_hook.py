@@ -21,28 +21,39 @@ from tests.helpers.logs import mmengine_logs, warnings_logged
 
 
 # --------------------------------------------------------------- build time
-@pytest.mark.parametrize('kwargs, match', [
-    (dict(interval=0), 'interval must be None'),
-    (dict(interval=2.5), 'interval must be None'),
-    (dict(by_epoch='no'), 'by_epoch must be a bool'),
-    (dict(by_epoch=0), 'by_epoch must be a bool'),
-    (dict(by_epoch=1.0), 'by_epoch must be a bool'),
-    (dict(stats=('mean', 'median')), 'stats must be a non-empty list'),
-    (dict(stats='mean'), 'stats must be a non-empty list'),
-    (dict(stats=None), 'stats must be a non-empty list'),
-    (dict(log_stats=('max', ), stats=('mean', )), 'must be a subset'),
-    (dict(regex='(unclosed'), 'regex .* is not a valid regular'),
-    (dict(regex=None), 'regex must be a str'),
-    (dict(prefix=''), 'prefix must be a non-empty str'),
-    (dict(on_nonfinite='stop'), 'on_nonfinite must be one of'),
-    (dict(max_names=0), 'max_names must be a positive int'),
-    (dict(stats=('mean', 'p101')), 'or quantiles "pNN"'),
-    (dict(stats=('mean', 'p')), 'or quantiles "pNN"'),
-    (dict(max_names=2.0), 'max_names must be a positive int'),
+# a wrong type is a TypeError, a wrong value a ValueError (mmstats.utils.args;
+# before issue 29 some type mistakes here were ValueErrors)
+@pytest.mark.parametrize('kwargs, error, match', [
+    (dict(interval=0), ValueError, 'interval must be None or a positive int'),
+    (dict(interval=2.5), TypeError, 'interval must be None or a positive'),
+    (dict(interval=True), TypeError, 'interval must be None or a positive'),
+    (dict(by_epoch='no'), TypeError, 'by_epoch must be True or False'),
+    (dict(by_epoch=0), TypeError, 'by_epoch must be True or False'),
+    (dict(by_epoch=1.0), TypeError, 'by_epoch must be True or False'),
+    (dict(stats=('mean', 'median')), ValueError,
+     'stats must be a non-empty list'),
+    (dict(stats=()), ValueError, 'stats must be a non-empty list'),
+    (dict(stats='mean'), TypeError, 'stats must be a non-empty list'),
+    (dict(stats=None), TypeError, 'stats must be a non-empty list'),
+    (dict(log_stats=('max', ),
+          stats=('mean', )), ValueError, 'must be a subset'),
+    (dict(regex='(unclosed'), ValueError, 'regex .* is not a valid regular'),
+    (dict(regex=None), TypeError, 'regex must be a str'),
+    (dict(log_regex=3), TypeError, 'log_regex must be a str'),
+    (dict(prefix=''), ValueError, 'prefix must be a non-empty str'),
+    (dict(prefix=1), TypeError, 'prefix must be a non-empty str'),
+    (dict(on_nonfinite='stop'), ValueError, 'on_nonfinite must be one of'),
+    (dict(on_nonfinite=None), TypeError, 'on_nonfinite must be one of'),
+    (dict(max_names=0), ValueError, 'max_names must be a positive int'),
+    (dict(stats=('mean', 'p101')), ValueError, 'or quantiles "pNN"'),
+    (dict(stats=('mean', 'p')), ValueError, 'or quantiles "pNN"'),
+    (dict(max_names=2.0), TypeError, 'max_names must be a positive int'),
+    (dict(max_names=True), TypeError, 'max_names must be a positive int'),
 ])
-def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, match):
-    with pytest.raises((ValueError, TypeError), match=match):
+def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, error, match):
+    with pytest.raises(error, match=match) as info:
         HOOKS.build(dict(type='StatsCollectorHook', **kwargs))
+    assert type(info.value) is error
 
 
 def test_registered_and_runs_before_the_logger_hook():

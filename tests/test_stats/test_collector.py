@@ -346,8 +346,8 @@ def test_cuda_report_never_syncs():
 @pytest.mark.parametrize('kwargs, error, match', [
     (dict(regex='['), ValueError, 'regex .* is not a valid'),
     (dict(regex=None), TypeError, 'regex must be a str'),
-    (dict(keep_previous='no'), TypeError, 'keep_previous must be a bool'),
-    (dict(keep_previous=1), TypeError, 'keep_previous must be a bool'),
+    (dict(keep_previous='no'), TypeError, 'keep_previous must be True or'),
+    (dict(keep_previous=1), TypeError, 'keep_previous must be True or'),
 ])
 def test_bad_arguments_name_the_argument(kwargs, error, match):
     with pytest.raises(error, match=match):
