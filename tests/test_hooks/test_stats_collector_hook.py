@@ -434,3 +434,26 @@ def test_the_slowest_rank_is_of_its_own_interval():
     from tests.helpers.dist import run_distributed
     for slowest in run_distributed(_slowest_rank_worker, 2):
         assert slowest == [1, 0]
+
+
+def _slowest_by_data_time_worker(rank, world):
+    """Rank 0 has the long iterations (``time``), rank 1 the long waits for
+    data (``data_time``): the slowest rank is the one waiting for data."""
+    hook = StatsCollectorHook(interval=2, collect_outputs=False)
+    runner, published = mock_runner(100, IterBasedTrainLoop)
+    hook.before_run(runner)
+    time, data_time = {0: (2.0, 0.01), 1: (0.5, 0.3)}[rank]
+    for it in range(4):
+        runner.iter = it
+        runner.message_hub.update_scalar('train/time', time)
+        runner.message_hub.update_scalar('train/data_time', data_time)
+        hook.after_train_iter(runner, it)
+    return [
+        scalars['stats/data_time/slowest_rank'] for _, scalars in published
+    ]
+
+
+def test_the_slowest_rank_is_chosen_by_data_time_not_time():
+    from tests.helpers.dist import run_distributed
+    for slowest in run_distributed(_slowest_by_data_time_worker, 2):
+        assert slowest == [1, 1]

@@ -475,3 +475,19 @@ def test_the_regex_cache_stays_bounded():
             report(f'n{step}_{i}', 1.0)
         collector.update()
     assert len(collector._matches) <= 4 * 10
+
+
+@pytest.mark.parametrize('bad', [float('inf'), -float('inf')])
+def test_a_large_tensor_with_inf_and_no_nan(bad):
+    """report() of more than LARGE_NUMEL values (reduced at once) holding
+    an infinity but no NaN: counted as non-finite, out of the moments."""
+    from mmstats.stats.store import LARGE_NUMEL
+    c = Collector('x')
+    x = torch.arange(LARGE_NUMEL + 10, dtype=torch.float32)
+    x[7] = bad
+    report('x', x)
+    c.update()
+    finite = np.delete(x.double().numpy(), 7)
+    assert c.num('x') == finite.size and c.nonfinite('x') == 1
+    assert c.mean('x') == pytest.approx(finite.mean(), rel=1e-12)
+    assert (c.min('x'), c.max('x')) == (finite.min(), finite.max())
