@@ -49,7 +49,6 @@ What differs, each on purpose (see ``docs/quantiles.md``):
   a ``Collector`` is not a collective (theirs runs an ``update()``).
 """
 import math
-import re
 from typing import Any, Dict, List, Optional, Pattern, Union
 
 import torch
@@ -57,6 +56,7 @@ import torch
 from .stats import Collector as _StatsCollector
 from .stats import report as _report
 from .stats import report0 as _report0
+from .utils.args import check_bool, compile_regex
 
 __all__ = [
     'EasyDict', 'init_multiprocessing', 'report', 'report0', 'Collector'
@@ -110,12 +110,38 @@ def report(name: str, value: Any) -> Any:
 
     Returns:
         The same ``value`` object.
+
+    Example:
+        >>> from mmstats import training_stats
+        >>> collector = training_stats.Collector(regex='Example/loss')
+        >>> _ = training_stats.report('Example/loss', 0.5)  # every rank
+        >>> collector.update()
+        >>> collector.num('Example/loss'), collector['Example/loss']
+        (1, 0.5)
     """
     return _record(_report, name, value)
 
 
 def report0(name: str, value: Any) -> Any:
-    """Like :func:`report`; only rank 0's values are counted."""
+    """Like :func:`report`; only rank 0's values are counted (other ranks
+    only record the name).
+
+    Args:
+        name (str): Name of the statistic.
+        value (float | Sequence | np.ndarray | Tensor): Values (rank 0's
+            are counted).
+
+    Returns:
+        The same ``value`` object.
+
+    Example:
+        >>> from mmstats import training_stats
+        >>> collector = training_stats.Collector(regex='Example/lr')
+        >>> _ = training_stats.report0('Example/lr', 0.1)  # rank 0's value
+        >>> collector.update()  # the same numbers on every rank
+        >>> collector.num('Example/lr'), collector['Example/lr']
+        (1, 0.1)
+    """
     return _record(_report0, name, value)
 
 
@@ -181,12 +207,11 @@ class Collector:
                  ignore_nonfinite: bool = False) -> None:
         for arg, flag in (('keep_previous', keep_previous),
                           ('ignore_nonfinite', ignore_nonfinite)):
-            if type(flag) is not bool:
-                raise TypeError(f'training_stats.Collector: {arg} must be '
-                                f'True or False, got {flag!r}')
-        # the mmstats collector validates regex first (a clear message)
-        self._collector = _MergingCollector(regex=regex, keep_previous=False)
-        self._regex = re.compile(regex)
+            check_bool('training_stats.Collector', arg, flag)
+        self._regex = compile_regex(
+            'training_stats.Collector', 'regex', regex, pattern_ok=True)
+        self._collector = _MergingCollector(
+            regex=self._regex, keep_previous=False)
         self._keep_previous = keep_previous
         self._ignore_nonfinite = ignore_nonfinite
         self._moments: Dict[str, EasyDict] = {}

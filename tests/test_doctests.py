@@ -26,8 +26,11 @@ def test_examples_run(name):
 
 def test_every_listed_api_has_an_example():
     import mmstats
+    from mmstats import training_stats
     from mmstats.hooks.worker_loaders import WorkerBatches
-    for obj in (mmstats.report, mmstats.Collector, mmstats.scaled_all_reduce,
-                mmstats.update_bn_stats, mmstats.PreciseBNHook,
-                mmstats.StatsCollectorHook, WorkerBatches):
+    for obj in (mmstats.report, mmstats.report0, mmstats.Collector,
+                mmstats.scaled_all_reduce, mmstats.update_bn_stats,
+                mmstats.PreciseBNHook, mmstats.StatsCollectorHook,
+                WorkerBatches, training_stats.report, training_stats.report0,
+                training_stats.Collector):
         assert 'Example:' in obj.__doc__, obj

@@ -88,9 +88,12 @@ BUGS = [
         'return train_publication(runner, batch_idx, self._collector_hook.'
         'interval or 10, self._logger)[0]',
         ('tests/test_hooks/test_module_stats_rhythm.py', )),
+    # B12 loses rank 0's failure only: the header of every other rank, and
+    # so the "failed on rank N" message, stays right (the old plant,
+    # ``float(fns.rank)``, also changed the rank named for ranks > 0).
     Bug('B12', 'a failure on rank 0 read as "no error"',
         'mmstats/stats/protocol.py', 'fns.rank + 1. if failed else 0.',
-        'float(fns.rank) if failed else 0.',
+        '(fns.rank + 1. if fns.rank else 0.) if failed else 0.',
         ('tests/test_stats/test_protocol.py',
          'tests/test_stats/test_collector_dist.py')),
     Bug(
@@ -127,6 +130,25 @@ BUGS = [
         ('tests/test_stats/test_report_fork.py',
          'tests/test_stats/test_report_workers_sketch.py',
          'tests/test_hooks/test_stats_collector_quantiles.py')),
+    Bug('B19', 'a large tensor with +/-inf and no NaN taking the fast path',
+        'mmstats/stats/moments.py',
+        'if not (math.isfinite(low) and math.isfinite(high)):',
+        'if math.isnan(low) or math.isnan(high):',
+        ('tests/test_stats/test_moments.py',
+         'tests/test_stats/test_collector.py')),
+    Bug('B20', 'scaled gradients read at a fused optimizer step under AMP',
+        'mmstats/hooks/module_stats_hook.py',
+        "'_step_supports_amp_scaling', False):",
+        "'_no_such_attribute', False):",
+        ('tests/test_hooks/test_module_stats_fused.py', )),
+    Bug('B21', 'a skipped one-sample batch leaking its counts',
+        'mmstats/precise_bn/update.py',
+        'recorder.counts[:] = [0] * len(recorder.counts)', 'pass',
+        ('tests/test_precise_bn/test_recorder.py', )),
+    Bug('B22', 'the slowest rank chosen by time instead of data_time',
+        'mmstats/hooks/log_rhythm.py', "if key == 'data_time':",
+        "if key == 'time':",
+        ('tests/test_hooks/test_stats_collector_hook.py', )),
 ]
 
 

@@ -15,7 +15,8 @@ from mmengine.config import Config, DictAction
 from mmengine.dist import is_main_process
 from mmengine.runner import Runner
 
-from mmstats.utils import allow_mmengine_checkpoints, setup_launcher
+from mmstats.utils import (allow_mmengine_checkpoints, finish_distributed,
+                           setup_launcher)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -70,6 +71,7 @@ def main(argv=None) -> dict:
             'test: ' + ', '.join(f'{k}={v:.4f}' for k, v in metrics.items()
                                  if isinstance(v, (int, float))),
             flush=True)
+    finish_distributed()  # every rank exits 0 (no abort at exit)
     return metrics
 
 

@@ -17,7 +17,8 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
-from mmstats.utils import allow_mmengine_checkpoints, setup_launcher
+from mmstats.utils import (allow_mmengine_checkpoints, finish_distributed,
+                           setup_launcher)
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # tools/analysis
 
@@ -145,6 +146,7 @@ def main(argv=None) -> None:
     runner.register_hook(final_metrics)
     runner.train()
     report(runner, final_metrics.metrics)
+    finish_distributed()  # every rank exits 0 (no abort at exit)
 
 
 if __name__ == '__main__':

@@ -70,7 +70,7 @@ class PreciseBNHook(Hook):
         >>> bad = dict(type='mmstats.PreciseBNHook', by_epoch=0)  # not False
         >>> HOOKS.build(bad)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
-        TypeError: PreciseBNHook: by_epoch must be None ... got 0 of type int
+        TypeError: PreciseBNHook: by_epoch must be None ...got 0 of type int...
     """
 
     priority = 'ABOVE_NORMAL'

@@ -6,6 +6,8 @@ from typing import Any, List, Optional
 
 from mmengine.logging import print_log
 
+from mmstats.utils.args import check_bool, check_positive_int
+
 VAR_CHANGE = 'train/precise_bn/var_change'
 EMA_VAR_CHANGE = 'train/precise_bn/ema_var_change'
 HUB_KEYS = (VAR_CHANGE, EMA_VAR_CHANGE)
@@ -38,20 +40,17 @@ def check_hook_args(interval: Any, by_epoch: Any, **flags: Any) -> None:
     """Refuse a bad ``interval``, ``by_epoch`` or bool flag, naming the
     argument and the fix. Types are checked, not equality: ``0 == False``
     and ``1.0 == True``."""
-    if type(interval) is not int or interval <= 0:
-        raise ValueError('PreciseBNHook: interval must be a positive int, '
-                         f'got {interval!r}')
-    if not (by_epoch is None or type(by_epoch) is bool):
-        raise TypeError('PreciseBNHook: by_epoch must be None (follow '
-                        'the train loop), True (every `interval` epochs)'
-                        ' or False (every `interval` iterations), got '
-                        f'{by_epoch!r} of type {type(by_epoch).__name__}')
+    owner = 'PreciseBNHook'
+    check_positive_int(owner, 'interval', interval, example=1)
+    check_bool(
+        owner,
+        'by_epoch',
+        by_epoch,
+        none_ok=True,
+        meaning='None follows the train loop, True: every `interval` '
+        'epochs, False: every `interval` iterations')
     for name, flag in flags.items():
-        if type(flag) is not bool:
-            raise TypeError(f'PreciseBNHook: {name} must be True or '
-                            f'False, got {flag!r} of type '
-                            f'{type(flag).__name__}; write {name}=True '
-                            f'or {name}=False')
+        check_bool(owner, name, flag)
 
 
 def log_modes(names: Optional[List[str]]) -> None:

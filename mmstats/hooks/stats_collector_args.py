@@ -2,10 +2,14 @@
 """StatsCollectorHook's argument checks: config mistakes fail when the hook
 is built, naming the argument and the fix."""
 import re
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from mmstats.stats import STAT_NAMES
+from mmstats.utils.args import (check_bool, check_choice, check_positive_int,
+                                check_str, compile_regex)
 from .log_rhythm import scope_inline_flags
+
+OWNER = 'StatsCollectorHook'
 
 NONFINITE_ACTIONS = ('warn', 'raise', 'ignore')
 # train_step's outputs are reported under this prefix (kept apart from a
@@ -19,48 +23,46 @@ def _is_stat(stat) -> bool:
                                   and QUANTILE.fullmatch(stat) is not None)
 
 
+def _check_stats(name: str, value: Any) -> None:
+    what = (f'a non-empty list of {STAT_NAMES} or quantiles "pNN" (e.g. '
+            f'"p99"), e.g. {name}=("mean",)')
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise TypeError(f'{OWNER}: {name} must be {what}, got {value!r} of '
+                        f'type {type(value).__name__}')
+    if not value or not all(_is_stat(stat) for stat in value):
+        raise ValueError(f'{OWNER}: {name} must be {what}, got {value!r}')
+
+
 def check_args(interval: Optional[int], flags: Dict[str, bool],
                stats: Sequence[str], log_stats: Sequence[str], prefix: str,
-               on_nonfinite: str, regex: str) -> str:
-    """Raise TypeError/ValueError naming a bad argument of
-    StatsCollectorHook; return ``regex`` with its inline flags scoped."""
-    if interval is not None and (not isinstance(interval, int) or isinstance(
-            interval, bool) or interval <= 0):
-        raise ValueError('StatsCollectorHook: interval must be None (the '
-                         f'LoggerHook interval) or a positive int, got '
-                         f'{interval!r}')
+               on_nonfinite: str, regex: str, max_names: int) -> str:
+    """Raise TypeError (a wrong type) or ValueError (a wrong value) naming
+    a bad argument of StatsCollectorHook (:mod:`mmstats.utils.args`);
+    return ``regex`` with its inline flags scoped."""
+    check_positive_int(
+        OWNER,
+        'interval',
+        interval,
+        example=10,
+        none_ok=True,
+        meaning='None: the LoggerHook interval')
     for name, flag in flags.items():
-        if not isinstance(flag, bool):
-            raise TypeError(f'StatsCollectorHook: {name} must be a bool '
-                            f'(True or False), got {flag!r}')
+        check_bool(OWNER, name, flag)
     for name, value in (('stats', stats), ('log_stats', log_stats)):
-        if isinstance(value, str) or not isinstance(
-                value, Sequence) or not value or not all(
-                    _is_stat(stat) for stat in value):
-            raise ValueError(
-                f'StatsCollectorHook: {name} must be a non-empty list '
-                f'of {STAT_NAMES} or quantiles "pNN" (e.g. "p99"), e.g. '
-                f'{name}=("mean",), got {value!r}')
+        _check_stats(name, value)
     if not set(log_stats) <= set(stats):
-        raise ValueError(f'StatsCollectorHook: log_stats {log_stats!r} '
+        raise ValueError(f'{OWNER}: log_stats {log_stats!r} '
                          f'must be a subset of stats {stats!r}')
-    if not isinstance(prefix, str) or not prefix:
-        raise ValueError('StatsCollectorHook: prefix must be a non-empty '
-                         f'str, got {prefix!r}')
-    if on_nonfinite not in NONFINITE_ACTIONS:
-        raise ValueError('StatsCollectorHook: on_nonfinite must be one of'
-                         f' {NONFINITE_ACTIONS}, got {on_nonfinite!r}')
-    if not isinstance(regex, str):
-        raise TypeError('StatsCollectorHook: regex must be a str, got '
-                        f'{type(regex).__name__}')
-    try:  # the user's pattern on its own: wrapping must not change it
-        scoped = scope_inline_flags(regex)
-        re.compile(scoped)
-    except re.error as e:
-        raise ValueError(f'StatsCollectorHook: regex {regex!r} is not a '
-                         f'valid regular expression ({e}); inline flags '
-                         'such as (?i) are allowed at its start') from None
-    return scoped
+    check_str(OWNER, 'prefix', prefix, 'stats')
+    check_choice(OWNER, 'on_nonfinite', on_nonfinite, NONFINITE_ACTIONS)
+    check_positive_int(OWNER, 'max_names', max_names, example=1000)
+    # the user's pattern on its own: wrapping must not change it
+    return compile_regex(
+        OWNER,
+        'regex',
+        regex,
+        prepare=scope_inline_flags,
+        hint='; inline flags such as (?i) are allowed at its start').pattern
 
 
 def collector_patterns(scoped: str) -> Dict[str, str]:
@@ -76,11 +78,4 @@ def collector_patterns(scoped: str) -> Dict[str, str]:
 
 def check_log_regex(log_regex: str) -> 're.Pattern':
     """Compile ``log_regex`` or raise naming it."""
-    if not isinstance(log_regex, str):
-        raise TypeError('StatsCollectorHook: log_regex must be a str, got '
-                        f'{type(log_regex).__name__}')
-    try:
-        return re.compile(log_regex)
-    except re.error as e:
-        raise ValueError(f'StatsCollectorHook: log_regex {log_regex!r} is '
-                         f'not a valid regular expression ({e})') from None
+    return compile_regex(OWNER, 'log_regex', log_regex)

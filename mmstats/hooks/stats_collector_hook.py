@@ -131,11 +131,7 @@ class StatsCollectorHook(Hook):
                 collect_outputs=collect_outputs,
                 collect_timing=collect_timing,
                 keep_previous=keep_previous), stats, log_stats, prefix,
-            on_nonfinite, regex)
-        if not isinstance(max_names, int) or isinstance(max_names,
-                                                        bool) or max_names < 1:
-            raise ValueError('StatsCollectorHook: max_names must be a '
-                             f'positive int, got {max_names!r}')
+            on_nonfinite, regex, max_names)
         self.interval = interval
         self.by_epoch = by_epoch
         self.stats = tuple(stats)

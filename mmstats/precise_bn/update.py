@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from mmstats.dist import get_rank, get_world_size
 from mmstats.sharding import forward_modules, is_sharded, reshard
 from mmstats.stats import suspend_reporting
+from mmstats.utils.args import check_choice, check_positive_int
 from .batches import prepare_batch
 from .estimators import ESTIMATORS
 from .layers import find_layers
@@ -49,15 +50,16 @@ def check_args(num_samples: Any,
                estimator: Any,
                owner: str = 'update_bn_stats') -> None:
     """Validate ``num_samples`` (a positive int) and ``estimator`` (a key of
-    :data:`ESTIMATORS`); ``owner`` is named in the error message."""
-    if (not isinstance(num_samples, int) or isinstance(num_samples, bool)
-            or num_samples <= 0):
-        raise ValueError(f'{owner}: num_samples must be a positive '
-                         f'int (samples over all ranks, e.g. 8192), got '
-                         f'{num_samples!r}')
-    if not isinstance(estimator, str) or estimator not in ESTIMATORS:
-        raise ValueError(f'{owner}: estimator must be one of '
-                         f'{tuple(ESTIMATORS)}, got {estimator!r}')
+    :data:`ESTIMATORS`); ``owner`` is named in the error message. A wrong
+    type raises TypeError, a wrong value ValueError
+    (:mod:`mmstats.utils.args`)."""
+    check_positive_int(
+        owner,
+        'num_samples',
+        num_samples,
+        example=8192,
+        meaning='samples over all ranks')
+    check_choice(owner, 'estimator', estimator, tuple(ESTIMATORS))
 
 
 class _Batches:

@@ -1,12 +1,12 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """Collector: exact statistics over all ranks of what :func:`report` got."""
 import math
-import re
 from typing import Any, Dict, List, Optional, Pattern, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from mmstats.utils.args import check_bool, check_positive_int, compile_regex
 from .collectives import ReduceFns
 from .moments import M2, MAX, MEAN, MIN, NONFINITE, N, empty_rows, merge_rows
 from .protocol import NameTable, RankFailure
@@ -25,21 +25,6 @@ EVICT_AFTER = 100
 # Pending chunks a collector holds before it merges them into one (a
 # collector that is never updated holds a bounded amount).
 MAX_CHUNKS = 64
-
-
-def _compile(regex: Union[str, Pattern]) -> Pattern:
-    """``regex`` compiled, or an error naming ``regex``."""
-    if isinstance(regex, Pattern):
-        return regex
-    if not isinstance(regex, str):
-        raise TypeError('Collector: regex must be a str (a pattern that '
-                        f'names must fully match, e.g. ".*"), got '
-                        f'{type(regex).__name__}')
-    try:
-        return re.compile(regex)
-    except re.error as e:
-        raise ValueError(f'Collector: regex {regex!r} is not a valid '
-                         f'regular expression: {e}') from None
 
 
 class Collector:
@@ -100,21 +85,18 @@ class Collector:
                  evict_after: int = EVICT_AFTER,
                  reduce_fns: Optional[ReduceFns] = None,
                  sketch: bool = False) -> None:
-        compiled = _compile(regex)
-        if not isinstance(sketch, bool):
-            raise TypeError('Collector: sketch must be a bool (True to keep '
-                            f'quantile sketches), got {sketch!r}')
-        if not isinstance(keep_previous, bool):
-            raise TypeError('Collector: keep_previous must be a bool (True or'
-                            f' False), got {keep_previous!r}')
-        for arg, value in (('max_names', max_names), ('evict_after',
-                                                      evict_after)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f'Collector: {arg} must be a positive int, '
-                                f'got {value!r}')
-            if value < 1:
-                raise ValueError(f'Collector: {arg} must be a positive int, '
-                                 f'got {value!r}')
+        compiled = compile_regex('Collector', 'regex', regex, pattern_ok=True)
+        check_bool(
+            'Collector',
+            'sketch',
+            sketch,
+            meaning='True keeps '
+            'quantile sketches')
+        check_bool('Collector', 'keep_previous', keep_previous)
+        max_names = check_positive_int('Collector', 'max_names', max_names,
+                                       MAX_NAMES)
+        evict_after = check_positive_int('Collector', 'evict_after',
+                                         evict_after, EVICT_AFTER)
         self._regex = compiled
         self._keep_previous = keep_previous
         self._group = group

@@ -308,6 +308,14 @@ def report0(name: str, value: Any) -> Any:
 
     Returns:
         The same ``value`` object.
+
+    Example:
+        >>> from mmstats import Collector, report0
+        >>> collector = Collector(regex='lr')
+        >>> _ = report0('lr', 0.1)  # counted on rank 0, only named elsewhere
+        >>> collector.update()  # a collective: every rank calls it
+        >>> collector.num('lr'), collector.mean('lr')  # the same on every rank
+        (1.0, 0.1)
     """
     if _is_compiling():
         return report_traced(name, value, True)

@@ -1,7 +1,8 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 from .checkpoint import allow_mmengine_checkpoints
-from .launcher import init_cpu_distributed, setup_launcher
+from .launcher import finish_distributed, init_cpu_distributed, setup_launcher
 
 __all__ = [
-    'allow_mmengine_checkpoints', 'init_cpu_distributed', 'setup_launcher'
+    'allow_mmengine_checkpoints', 'finish_distributed', 'init_cpu_distributed',
+    'setup_launcher'
 ]

@@ -8,6 +8,7 @@ CPU-only ones, initialises a gloo process group from the launcher's
 environment before the Runner is built (the Runner then skips its own
 ``init_dist``) and wraps the model with ``device_ids=None``.
 """
+import inspect
 import os
 import subprocess
 from datetime import timedelta
@@ -62,6 +63,29 @@ def init_cpu_distributed(launcher: str, timeout_s: int = 1800) -> None:
     dist.init_process_group('gloo', timeout=timedelta(seconds=timeout_s))
 
 
+def no_buffer_sync_kwargs() -> dict:
+    """DDP's keyword for "buffers are not broadcast before each forward",
+    mmengine's default (``broadcast_buffers=False``), without a warning.
+
+    torch 2.13 deprecates ``broadcast_buffers`` (a ``FutureWarning`` from
+    every DDP built with it) for ``forward_sync_buffers``. Both set to False
+    leave each rank's buffers (BN running statistics) to that rank during
+    training; the one difference is at construction: with
+    ``forward_sync_buffers=False`` DDP broadcasts rank 0's buffers once,
+    together with the parameters it always broadcasts, so every rank starts
+    from the same model. Older torch versions get ``broadcast_buffers``.
+
+    Returns:
+        dict: ``{'forward_sync_buffers': False}`` or
+        ``{'broadcast_buffers': False}``.
+    """
+    params = inspect.signature(
+        torch.nn.parallel.DistributedDataParallel.__init__).parameters
+    if 'forward_sync_buffers' in params:
+        return dict(forward_sync_buffers=False)
+    return dict(broadcast_buffers=False)
+
+
 def setup_launcher(cfg) -> None:
     """Prepare ``cfg`` (an mmengine Config) for its ``cfg.launcher``.
 
@@ -70,8 +94,9 @@ def setup_launcher(cfg) -> None:
     now, ``env_cfg.dist_cfg.backend`` is set to ``'gloo'`` and, unless the
     config sets one, ``model_wrapper_cfg`` becomes mmengine's default DDP
     wrapper with ``device_ids=None``: ``dict(type='MMDistributedDataParallel',
-    device_ids=None, broadcast_buffers=False, find_unused_parameters=cfg.
-    find_unused_parameters)``. Idempotent.
+    device_ids=None, forward_sync_buffers=False, find_unused_parameters=cfg.
+    find_unused_parameters)`` (see :func:`no_buffer_sync_kwargs` for the
+    buffer flag). Idempotent.
 
     Args:
         cfg (Config | dict): The training config, with ``launcher`` set.
@@ -96,5 +121,26 @@ def setup_launcher(cfg) -> None:
         cfg['model_wrapper_cfg'] = dict(
             type='MMDistributedDataParallel',
             device_ids=None,
-            broadcast_buffers=False,
+            **no_buffer_sync_kwargs(),
             find_unused_parameters=cfg.get('find_unused_parameters', False))
+
+
+def finish_distributed() -> None:
+    """End a finished run's process group on every rank: a barrier, then
+    ``destroy_process_group()``. Nothing without an initialised group.
+
+    Call it once at the end of a script, after the Runner is done, on every
+    rank (the barrier is a collective). A process that exits with its gloo
+    group still alive can abort at interpreter exit (``terminate called
+    without an active exception``, exit code -6, seen on a rank of a
+    finished 2-process CPU run); the barrier lets every rank finish its
+    last collective before any rank tears its group down.
+
+    Example:
+        >>> runner.train()
+        >>> finish_distributed()   # the last line of tools/train.py
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    dist.destroy_process_group()

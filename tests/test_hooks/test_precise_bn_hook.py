@@ -33,32 +33,45 @@ SUMMARY = dict(
 
 
 # --------------------------------------------------------------- build time
+# a wrong type is a TypeError, a wrong value a ValueError (mmstats.utils.args;
+# before issue 29 num_samples, interval and estimator of a wrong type were
+# ValueErrors)
 @pytest.mark.parametrize(
-    'kwargs, match',
+    'kwargs, error, match',
     [
-        (dict(num_samples=0), 'num_samples must be a positive int'),
-        (dict(num_samples=10.5), 'num_samples must be a positive int'),
-        (dict(interval=0), 'interval must be a positive int'),
-        (dict(by_epoch='yes'), 'by_epoch must be None'),
+        (dict(num_samples=0), ValueError,
+         'num_samples must be a positive int'),
+        (dict(num_samples=10.5), TypeError,
+         'num_samples must be a positive int'),
+        (dict(interval=0), ValueError, 'interval must be a positive int'),
+        (dict(by_epoch='yes'), TypeError, 'by_epoch must be None'),
         # 0 == False and 1.0 == True: types are checked, not equality
-        (dict(by_epoch=0), r'by_epoch must be None .*got 0 of type int'),
-        (dict(by_epoch=1), r'by_epoch must be None .*got 1 of type int'),
-        (dict(by_epoch=1.0), r'by_epoch must be None .*got 1.0 of type float'),
-        (dict(by_epoch=np.bool_(True)), 'by_epoch must be None'),
-        (dict(estimator='ema'), 'estimator must be one of'),
-        (dict(estimator=['population']), 'estimator must be one of'),
-        (dict(dataloader='train'), 'dataloader must be None or a'),
-        (dict(at_end=1),
+        (dict(by_epoch=0), TypeError,
+         r'by_epoch must be None .*got 0 of type int'),
+        (dict(by_epoch=1), TypeError,
+         r'by_epoch must be None .*got 1 of type int'),
+        (dict(by_epoch=1.0), TypeError,
+         r'by_epoch must be None .*got 1.0 of type float'),
+        (dict(by_epoch=np.bool_(True)), TypeError, 'by_epoch must be None'),
+        (dict(estimator='ema'), ValueError, 'estimator must be one of'),
+        (dict(estimator=['population']), TypeError,
+         'estimator must be one of'),
+        (dict(dataloader='train'), TypeError, 'dataloader must be None or a'),
+        (dict(at_end=1), TypeError,
          'at_end must be True or False, got 1 .*write at_end='),
-        (dict(at_end=None), 'at_end must be True or False'),
-        (dict(update_ema=0), 'update_ema must be True or False, got 0 '),
-        (dict(progress=1.0), 'progress must be True or False, got 1.0 '),
-        (dict(interval=True), 'interval must be a positive int'),
-        (dict(num_samples=True), 'num_samples must be a positive int'),
+        (dict(at_end=None), TypeError, 'at_end must be True or False'),
+        (dict(update_ema=0), TypeError,
+         'update_ema must be True or False, got 0 '),
+        (dict(progress=1.0), TypeError,
+         'progress must be True or False, got 1.0 '),
+        (dict(interval=True), TypeError, 'interval must be a positive int'),
+        (dict(num_samples=True), TypeError,
+         'num_samples must be a positive int'),
     ])
-def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, match):
-    with pytest.raises((ValueError, TypeError), match=match):
+def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, error, match):
+    with pytest.raises(error, match=match) as info:
         HOOKS.build(dict(type='PreciseBNHook', **kwargs))
+    assert type(info.value) is error
 
 
 def test_registered_with_priority_above_normal():

@@ -21,28 +21,39 @@ from tests.helpers.logs import mmengine_logs, warnings_logged
 
 
 # --------------------------------------------------------------- build time
-@pytest.mark.parametrize('kwargs, match', [
-    (dict(interval=0), 'interval must be None'),
-    (dict(interval=2.5), 'interval must be None'),
-    (dict(by_epoch='no'), 'by_epoch must be a bool'),
-    (dict(by_epoch=0), 'by_epoch must be a bool'),
-    (dict(by_epoch=1.0), 'by_epoch must be a bool'),
-    (dict(stats=('mean', 'median')), 'stats must be a non-empty list'),
-    (dict(stats='mean'), 'stats must be a non-empty list'),
-    (dict(stats=None), 'stats must be a non-empty list'),
-    (dict(log_stats=('max', ), stats=('mean', )), 'must be a subset'),
-    (dict(regex='(unclosed'), 'regex .* is not a valid regular'),
-    (dict(regex=None), 'regex must be a str'),
-    (dict(prefix=''), 'prefix must be a non-empty str'),
-    (dict(on_nonfinite='stop'), 'on_nonfinite must be one of'),
-    (dict(max_names=0), 'max_names must be a positive int'),
-    (dict(stats=('mean', 'p101')), 'or quantiles "pNN"'),
-    (dict(stats=('mean', 'p')), 'or quantiles "pNN"'),
-    (dict(max_names=2.0), 'max_names must be a positive int'),
+# a wrong type is a TypeError, a wrong value a ValueError (mmstats.utils.args;
+# before issue 29 some type mistakes here were ValueErrors)
+@pytest.mark.parametrize('kwargs, error, match', [
+    (dict(interval=0), ValueError, 'interval must be None or a positive int'),
+    (dict(interval=2.5), TypeError, 'interval must be None or a positive'),
+    (dict(interval=True), TypeError, 'interval must be None or a positive'),
+    (dict(by_epoch='no'), TypeError, 'by_epoch must be True or False'),
+    (dict(by_epoch=0), TypeError, 'by_epoch must be True or False'),
+    (dict(by_epoch=1.0), TypeError, 'by_epoch must be True or False'),
+    (dict(stats=('mean', 'median')), ValueError,
+     'stats must be a non-empty list'),
+    (dict(stats=()), ValueError, 'stats must be a non-empty list'),
+    (dict(stats='mean'), TypeError, 'stats must be a non-empty list'),
+    (dict(stats=None), TypeError, 'stats must be a non-empty list'),
+    (dict(log_stats=('max', ),
+          stats=('mean', )), ValueError, 'must be a subset'),
+    (dict(regex='(unclosed'), ValueError, 'regex .* is not a valid regular'),
+    (dict(regex=None), TypeError, 'regex must be a str'),
+    (dict(log_regex=3), TypeError, 'log_regex must be a str'),
+    (dict(prefix=''), ValueError, 'prefix must be a non-empty str'),
+    (dict(prefix=1), TypeError, 'prefix must be a non-empty str'),
+    (dict(on_nonfinite='stop'), ValueError, 'on_nonfinite must be one of'),
+    (dict(on_nonfinite=None), TypeError, 'on_nonfinite must be one of'),
+    (dict(max_names=0), ValueError, 'max_names must be a positive int'),
+    (dict(stats=('mean', 'p101')), ValueError, 'or quantiles "pNN"'),
+    (dict(stats=('mean', 'p')), ValueError, 'or quantiles "pNN"'),
+    (dict(max_names=2.0), TypeError, 'max_names must be a positive int'),
+    (dict(max_names=True), TypeError, 'max_names must be a positive int'),
 ])
-def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, match):
-    with pytest.raises((ValueError, TypeError), match=match):
+def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, error, match):
+    with pytest.raises(error, match=match) as info:
         HOOKS.build(dict(type='StatsCollectorHook', **kwargs))
+    assert type(info.value) is error
 
 
 def test_registered_and_runs_before_the_logger_hook():
@@ -423,3 +434,26 @@ def test_the_slowest_rank_is_of_its_own_interval():
     from tests.helpers.dist import run_distributed
     for slowest in run_distributed(_slowest_rank_worker, 2):
         assert slowest == [1, 0]
+
+
+def _slowest_by_data_time_worker(rank, world):
+    """Rank 0 has the long iterations (``time``), rank 1 the long waits for
+    data (``data_time``): the slowest rank is the one waiting for data."""
+    hook = StatsCollectorHook(interval=2, collect_outputs=False)
+    runner, published = mock_runner(100, IterBasedTrainLoop)
+    hook.before_run(runner)
+    time, data_time = {0: (2.0, 0.01), 1: (0.5, 0.3)}[rank]
+    for it in range(4):
+        runner.iter = it
+        runner.message_hub.update_scalar('train/time', time)
+        runner.message_hub.update_scalar('train/data_time', data_time)
+        hook.after_train_iter(runner, it)
+    return [
+        scalars['stats/data_time/slowest_rank'] for _, scalars in published
+    ]
+
+
+def test_the_slowest_rank_is_chosen_by_data_time_not_time():
+    from tests.helpers.dist import run_distributed
+    for slowest in run_distributed(_slowest_by_data_time_worker, 2):
+        assert slowest == [1, 1]

@@ -5,14 +5,17 @@ import os
 import os.path as osp
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from mmengine.registry import MODEL_WRAPPERS
 from mmengine.runner import Runner
 
 from mmstats.utils import cpu_dist, setup_launcher
-from tests.helpers.dist import free_port
+from mmstats.utils.launcher import no_buffer_sync_kwargs
+from tests.helpers.dist import free_port, run_distributed
 from tests.helpers.runner import toy_cfg
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -64,7 +67,7 @@ def test_under_a_launcher_from_cfg_with_launcher_none_is_unchanged(
 
 
 def test_setup_launcher_uses_mmengines_default_wrapper_settings(monkeypatch):
-    """On CPU: mmengine's default DDP wrapper (broadcast_buffers=False,
+    """On CPU: mmengine's default DDP wrapper (no buffer sync in forward,
     the config's find_unused_parameters) with device_ids=None."""
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     monkeypatch.setattr(torch.distributed, 'is_initialized', lambda: True)
@@ -73,12 +76,41 @@ def test_setup_launcher_uses_mmengines_default_wrapper_settings(monkeypatch):
     assert cfg['model_wrapper_cfg'] == dict(
         type='MMDistributedDataParallel',
         device_ids=None,
-        broadcast_buffers=False,
+        **no_buffer_sync_kwargs(),
         find_unused_parameters=True)
     assert cfg['env_cfg']['dist_cfg']['backend'] == 'gloo'
     own = dict(launcher='pytorch', model_wrapper_cfg=dict(type='X'))
     setup_launcher(own)
     assert own['model_wrapper_cfg'] == dict(type='X')  # the user's wins
+
+
+def _wrap_with_the_launcher_cfg(rank, world_size):
+    torch.cuda.is_available = lambda: False  # the CPU path, on any machine
+    cfg = dict(launcher='pytorch')
+    setup_launcher(cfg)  # the process group exists: only the config
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        ddp = MODEL_WRAPPERS.build(
+            dict(cfg['model_wrapper_cfg'], module=model))
+    ddp(torch.full((4, 2), float(rank)) + torch.arange(4.)[:, None])
+    return ([
+        str(w.message) for w in caught if issubclass(w.category, FutureWarning)
+    ], ddp.broadcast_buffers, model[1].running_mean.tolist())
+
+
+def test_launcher_wrapper_cfg_warns_nothing_and_syncs_no_buffers():
+    """torch 2.13 deprecates DDP's ``broadcast_buffers`` with a
+    FutureWarning per rank: the launcher's wrapper config must not cause it
+    (nor any other FutureWarning), and buffers still stay each rank's own
+    in training (mmengine's default): rank-dependent inputs give different
+    BN running means."""
+    results = run_distributed(_wrap_with_the_launcher_cfg, 2)
+    for deprecations, broadcast, _ in results:
+        assert deprecations == []
+        assert broadcast is False
+    assert results[0][2] != results[1][2]
 
 
 def test_foreign_train_script_on_two_cpu_processes(tmp_path):

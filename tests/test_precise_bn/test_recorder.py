@@ -1,5 +1,7 @@
 """BNRecorder through update_bn_stats: runs of equal batches, batches too
 small for BatchNorm, and the recording pause."""
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -69,3 +71,56 @@ def test_reports_inside_the_recomputation_reach_no_collector():
     update_bn_stats(model, [torch.randn(4, 3)] * 3, 12, progress=False)
     collector.update()
     assert collector.num('act') == 6
+
+
+class _Conv2dThen1d(nn.Module):
+    """A BN2d that accepts one sample (its spatial positions count), then
+    a BN1d that refuses it: the one-sample forward fails half-way."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+        self.bn2d = nn.BatchNorm2d(3)
+        self.fc = nn.Linear(3, 4)
+        self.bn1d = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        x = self.bn2d(self.conv(x)).mean((2, 3))
+        return self.bn1d(self.fc(x))
+
+
+@pytest.mark.parametrize('estimator', ['population', 'batch_average'])
+def test_a_skipped_batch_in_the_middle_leaves_no_trace(estimator):
+    """The one-sample batch comes between two full ones and fails in the
+    BN1d after the BN2d has seen it: nothing of it (the BN2d's count and
+    statistics of that forward) may leak into the next batch. The result
+    is exactly the recomputation without it."""
+    torch.manual_seed(0)
+    model = _Conv2dThen1d()
+    reference = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(1)
+    batches = [
+        torch.randn(n, 2, 5, 5, generator=gen) * 2 + 1 for n in (6, 1, 6)
+    ]
+    summary = update_bn_stats(
+        model,
+        batches,
+        100,
+        estimator=estimator,
+        progress=False,
+        logger='silent')
+    assert (summary['num_batches'], summary['num_samples']) == (2, 12)
+    update_bn_stats(
+        reference, [batches[0], batches[2]],
+        100,
+        estimator=estimator,
+        progress=False,
+        logger='silent')
+    for name in ('bn2d', 'bn1d'):
+        for buf in ('running_mean', 'running_var'):
+            torch.testing.assert_close(
+                getattr(getattr(model, name), buf),
+                getattr(getattr(reference, name), buf),
+                rtol=1e-6,
+                atol=1e-7,
+                msg=f'{name}.{buf}')

@@ -250,9 +250,13 @@ def test_empty_loader_raises_and_keeps_stats():
     assert_restored(model, snap)
 
 
-@pytest.mark.parametrize('bad', [0, -5, 2.5, True, '8'])
-def test_bad_num_samples(bad):
-    with pytest.raises(ValueError, match='num_samples'):
+# a wrong value is a ValueError, a wrong type a TypeError (before issue 29
+# all of them were ValueErrors)
+@pytest.mark.parametrize('bad, error', [(0, ValueError), (-5, ValueError),
+                                        (2.5, TypeError), (True, TypeError),
+                                        ('8', TypeError)])
+def test_bad_num_samples(bad, error):
+    with pytest.raises(error, match='num_samples must be a positive int'):
         update_bn_stats(make_model('bn2d'), [], bad, progress=False)
 
 

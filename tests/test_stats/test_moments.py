@@ -128,3 +128,18 @@ def test_report_issues_no_more_aten_ops_than_stylegan3(dtype):
             assert len(device_path) == 11, device_path
     assert large[0] == large[1] == 7
     reporting.reset()
+
+
+@pytest.mark.parametrize('bad', [float('inf'), -float('inf')])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+@pytest.mark.parametrize('sync_free', [False, True])
+def test_reduce_tensor_with_inf_and_no_nan(bad, dtype, sync_free):
+    """An infinity without a NaN (aminmax is then finite at one end, not
+    NaN): the large-tensor path must still leave it out of n, mean, std,
+    min and max and count it as non-finite."""
+    x = torch.arange(5000, dtype=dtype) / 100  # > LARGE_NUMEL (4096)
+    x[1234] = bad
+    row = reduce_tensor(x, sync_free)
+    row = merge_rows(row[None], torch.zeros(1, dtype=torch.long), 1)[0]
+    assert row[N] == 4999 and row[NONFINITE] == 1
+    assert_row(row, x.double().numpy())

@@ -210,3 +210,23 @@ def test_failure_on_one_rank_raises_on_every_rank():
     for e in errors:
         assert isinstance(e, RankFailure) and 'on rank 2' in str(e)
     assert all(t.names == ['a'] for t in tables)  # table untouched
+
+
+@pytest.mark.parametrize('world, gather', [(2, True), (4, True), (4, False),
+                                           (GATHER_MAX_WORLD + 1, True)])
+def test_a_failure_on_rank_0_raises_on_every_rank(world, gather):
+    """Rank 0 failing must not read as "no failure" (a header of ``rank``
+    instead of ``rank + 1`` would be 0 there): on the gathered and on the
+    reduced protocol, every rank raises naming rank 0 and no table moves."""
+    ranks = FakeRanks(world, gather=gather)
+    tables = [NameTable(10, 100) for _ in range(world)]
+    sync_all(ranks, tables, [{'a': [1.]}] * world)
+
+    def fn(rank, fns):
+        return tables[rank].sync(
+            *rows_of({'new': [1.]}), fns, failed=rank == 0)
+
+    results, errors = ranks.run(fn)
+    for e in errors:
+        assert isinstance(e, RankFailure) and 'on rank 0' in str(e), e
+    assert all(t.names == ['a'] for t in tables)

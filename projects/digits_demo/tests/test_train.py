@@ -94,10 +94,22 @@ def test_resume_continues_from_the_saved_epoch(tmp_path):
     assert 'no such checkpoint file' in missing.stderr
 
 
+def torchrun_ok(out: subprocess.CompletedProcess) -> None:
+    """Every rank exited 0: torchrun exits 0 only then, and names a rank
+    that died (an abort at exit: ``terminate called ...``, exitcode -6)."""
+    log = out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, log
+    assert 'terminate called' not in out.stderr, log
+    assert 'exitcode' not in out.stderr, log  # torchrun's failure summary
+
+
 def test_two_gloo_processes_train_on_different_data(tmp_path):
     # no PYTHON=: the scripts use the repository's .venv by themselves
+    # (a checkout without one, such as a git worktree: this interpreter)
     env = dict(os.environ, PORT=str(free_port()), OMP_NUM_THREADS='1')
     env.pop('PYTHON', None)
+    if not osp.isfile(osp.join(REPO, '.venv', 'bin', 'python')):
+        env['PYTHON'] = sys.executable
     out = subprocess.run([
         'bash',
         osp.join(REPO, 'tools/dist_train.sh'),
@@ -108,8 +120,8 @@ def test_two_gloo_processes_train_on_different_data(tmp_path):
                          env=env,
                          capture_output=True,
                          text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
+                         timeout=1200)  # slow under load, not a verdict
+    torchrun_ok(out)
     assert 'final validation: accuracy=' in out.stdout
     ranks = [read_batches(tmp_path, rank) for rank in (0, 1)]
     assert len(ranks[0]) == len(ranks[1]) == 12  # ceil(1438 / 2 / 64)
@@ -128,8 +140,8 @@ def test_two_gloo_processes_train_on_different_data(tmp_path):
                          env=env,
                          capture_output=True,
                          text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
+                         timeout=1200)  # slow under load, not a verdict
+    torchrun_ok(out)
     assert re.search(r'test: accuracy=\d+\.\d+', out.stdout)
 
 

@@ -10,6 +10,7 @@ per epoch of both and saves a PNG plot.
         [--momentum 0.01] [--lr 0.2]
 """
 import argparse
+import os
 import os.path as osp
 import subprocess
 import sys
@@ -37,7 +38,11 @@ def train(config: str, work_dir: str, options: list) -> list:
         osp.join(REPO, 'tools/train.py'), config, '--work-dir', work_dir,
         '--cfg-options', *options
     ]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    # this checkout's mmstats (as tools/dist_train.sh does), not whichever
+    # one the interpreter has installed
+    paths = [REPO] + [p for p in [os.environ.get('PYTHONPATH')] if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
     return val_accuracy(work_dir)
 
 

@@ -1,0 +1,118 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Argument checks shared by mmstats' public classes and functions.
+
+The same mistake gets the same answer everywhere: a wrong **type** raises
+``TypeError``, a wrong **value** of the right type raises ``ValueError``,
+and the message names the owner, the argument, what it must be (with an
+example of the fix) and what was given::
+
+    Collector: max_names must be a positive int (e.g. max_names=4096),
+    got True of type bool
+
+Types are checked, not equality: ``0 == False`` and ``1.0 == 1``, but
+``interval=True`` or ``keep_previous=1`` are mistakes. Every checker returns
+the value it accepts (an int for integers of any integral type).
+
+No torch or mmengine import: ``mmstats/stats``, ``mmstats/precise_bn`` and
+``mmstats/hooks`` all use it.
+"""
+import numbers
+import re
+from typing import Any, Callable, Optional, Pattern, Sequence
+
+__all__ = [
+    'check_bool', 'check_positive_int', 'check_choice', 'check_str',
+    'compile_regex'
+]
+
+
+def _got(value: Any) -> str:
+    return f'got {value!r} of type {type(value).__name__}'
+
+
+def check_bool(owner: str,
+               name: str,
+               value: Any,
+               none_ok: bool = False,
+               meaning: str = '') -> Optional[bool]:
+    """``value`` if it is True or False (or None with ``none_ok``), else
+    TypeError. ``meaning`` (e.g. ``'None follows the train loop'``) is put
+    into the message."""
+    if type(value) is bool or (none_ok and value is None):
+        return value
+    what = 'None or True or False' if none_ok else 'True or False'
+    fix = f'; write {name}=True or {name}=False'
+    if none_ok:
+        fix = f'; write {name}=None, {name}=True or {name}=False'
+    raise TypeError(f'{owner}: {name} must be {what}'
+                    f'{f" ({meaning})" if meaning else ""}, {_got(value)}'
+                    f'{fix}')
+
+
+def check_positive_int(owner: str,
+                       name: str,
+                       value: Any,
+                       example: Any = None,
+                       none_ok: bool = False,
+                       meaning: str = '') -> Optional[int]:
+    """``value`` as an int if it is a positive integer (not a bool), or None
+    with ``none_ok``. A non-integer is a TypeError, an integer below 1 a
+    ValueError."""
+    if none_ok and value is None:
+        return None
+    what = 'None or a positive int' if none_ok else 'a positive int'
+    notes = [meaning] if meaning else []
+    if example is not None:
+        notes.append(f'e.g. {name}={example!r}')
+    if notes:
+        what += f' ({"; ".join(notes)})'
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f'{owner}: {name} must be {what}, {_got(value)}')
+    if value < 1:
+        raise ValueError(f'{owner}: {name} must be {what}, got {value!r}')
+    return int(value)
+
+
+def check_choice(owner: str, name: str, value: Any,
+                 choices: Sequence[str]) -> str:
+    """``value`` if it is one of the strings ``choices``: another type is a
+    TypeError, another string a ValueError."""
+    what = f'one of {tuple(choices)}'
+    if not isinstance(value, str):
+        raise TypeError(f'{owner}: {name} must be {what}, {_got(value)}')
+    if value not in choices:
+        raise ValueError(f'{owner}: {name} must be {what}, got {value!r}')
+    return value
+
+
+def check_str(owner: str, name: str, value: Any, example: str) -> str:
+    """``value`` if it is a non-empty str: another type is a TypeError, an
+    empty string a ValueError."""
+    what = f'a non-empty str (e.g. {name}={example!r})'
+    if not isinstance(value, str):
+        raise TypeError(f'{owner}: {name} must be {what}, {_got(value)}')
+    if not value:
+        raise ValueError(f'{owner}: {name} must be {what}, got {value!r}')
+    return value
+
+
+def compile_regex(owner: str,
+                  name: str,
+                  value: Any,
+                  prepare: Callable[[str], str] = lambda s: s,
+                  hint: str = '',
+                  pattern_ok: bool = False) -> Pattern:
+    """``re.compile(prepare(value))`` for a str ``value`` (a compiled
+    pattern is returned as it is with ``pattern_ok``): another type is a
+    TypeError, an invalid expression a ValueError with ``re``'s reason and
+    ``hint``."""
+    if pattern_ok and isinstance(value, Pattern):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f'{owner}: {name} must be a str (a regular '
+                        f'expression, e.g. {name}=".*"), {_got(value)}')
+    try:
+        return re.compile(prepare(value))
+    except re.error as e:
+        raise ValueError(f'{owner}: {name} {value!r} is not a valid regular '
+                         f'expression ({e}){hint}') from None

@@ -1,0 +1,97 @@
+"""ModuleStatsHook with a fused optimizer under a GradScaler (real Runner,
+CPU AMP): a fused ``step`` unscales inside its kernel, so the gradients a
+step pre-hook sees are still multiplied by the loss scale. No published
+``grad_norm`` may come from them: each one that is published equals the
+unscaled norm of its step (today none is published for fused optimizers;
+the non-fused control shows the test sees grad_norm where there is one)."""
+import math
+
+import pytest
+import torch
+from mmengine.hooks import Hook
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from mmengine.registry import HOOKS as ROOT_HOOKS
+from mmengine.registry import OPTIM_WRAPPERS
+from mmengine.runner import Runner
+from torch.amp.grad_scaler import OptState
+
+from tests.helpers.runner import read_scalars, toy_cfg
+
+SCALE = 2.**16  # scaled norms would be 65536 times too large
+HEAD = 'stats/modules/head/grad_norm'
+
+
+@OPTIM_WRAPPERS.register_module(force=True)
+class FusedTestAmpOptimWrapper(AmpOptimWrapper):
+    """mmengine's AmpOptimWrapper (CUDA-only) on CPU: bf16 autocast and
+    ``torch.amp.GradScaler('cpu')``."""
+
+    def __init__(self, **kwargs) -> None:
+        OptimWrapper.__init__(self, **kwargs)
+        self._scale_update_param = None
+        self.loss_scaler = torch.amp.GradScaler('cpu', init_scale=SCALE)
+        self.cast_dtype = torch.bfloat16
+
+
+@ROOT_HOOKS.register_module(force=True)
+class UnscaledGradNormHook(Hook):
+    """The head's unscaled gradient norm at every optimizer step."""
+    priority = 'HIGHEST'
+
+    def __init__(self) -> None:
+        self.norms = {}
+
+    def before_train(self, runner) -> None:
+        head = runner.model.head
+        scaler = runner.optim_wrapper.loss_scaler
+        optimizer = runner.optim_wrapper.optimizer
+
+        def pre(*_):
+            grads = torch.cat(
+                [p.grad.double().flatten() for p in head.parameters()])
+            # GradScaler unscales before a plain step; a fused one
+            # unscales inside its kernel (the gradients are scaled here)
+            state = scaler._per_optimizer_states[id(optimizer)]['stage']
+            scale = 1. if state is OptState.UNSCALED else scaler.get_scale()
+            self.norms[runner.iter] = float(grads.norm()) / scale
+
+        optimizer.register_step_pre_hook(pre)
+
+
+@pytest.mark.parametrize('optimizer, fused', [('SGD', True), ('Adam', True),
+                                              ('SGD', False)])
+def test_no_grad_norm_from_scaled_gradients(tmp_path, clean_mmengine,
+                                            optimizer, fused):
+    cfg = toy_cfg(str(tmp_path), by_epoch=False, max_iters=4, log_interval=2)
+    cfg.optim_wrapper = dict(
+        type='FusedTestAmpOptimWrapper',
+        optimizer=dict(type=optimizer, lr=0.01, fused=fused))
+    cfg.custom_hooks = [
+        dict(type='mmstats.StatsCollectorHook', collect_timing=False),
+        dict(type='mmstats.ModuleStatsHook', modules='head'),
+        dict(type='UnscaledGradNormHook'),
+    ]
+    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    cfg.train_cfg.pop('val_interval', None)
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    assert runner.optim_wrapper.optimizer.defaults['fused'] is fused
+    norms = [h for h in runner.hooks
+             if isinstance(h, UnscaledGradNormHook)][0].norms
+    assert sorted(norms) == [0, 1, 2, 3]  # every step really happened
+    published = read_scalars(runner)
+    seen = 0
+    for step, scalars in published.items():
+        for key in [
+                f'{HEAD}/{stat}' for stat in ('mean', 'min', 'max')
+                if f'{HEAD}/{stat}' in scalars
+        ]:
+            value = scalars[key]
+            assert math.isfinite(value), (key, value)
+            # the published iteration's own unscaled norm: never scaled
+            assert value == pytest.approx(
+                norms[step - 1], rel=1e-4), (key, value, norms[step - 1],
+                                             norms[step - 1] * SCALE)
+            seen += 1
+    if not fused:  # the control: grad_norm is published and checked
+        assert seen >= 2

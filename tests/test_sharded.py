@@ -1,0 +1,405 @@
+"""Sharded training: StatsCollectorHook + ModuleStatsHook + PreciseBNHook
+through real ``FlexibleRunner``s on 2 gloo processes.
+
+Cells: ``DDPStrategy``; ``FSDPStrategy`` (FSDP1) with mmengine's default
+wrapping (``use_orig_params=True``), with ``use_orig_params=False`` and
+with activation checkpointing; FSDP2 ``fully_shard`` per block and at the
+root, once with a ``MixedPrecisionPolicy(param_dtype=torch.bfloat16)`` and
+once with ``compile=True``. The model (a Conv-BN stem, a Conv-BN layer and
+a linear head with a one-element temperature) gives every sharded case a
+module wholly on one rank's shard, a parameter that straddles the shard
+boundary and a rank whose shard of some module is empty: FSDP1's one flat
+parameter puts the stem on rank 0, the head on rank 1 and cuts
+``backbone.layer1.0.weight`` in two; FSDP2 shards every parameter on dim 0,
+so the one-element temperature is empty on rank 1.
+
+Every published number is checked against a float64 recomputation from the
+*full* tensors, gathered by FSDP itself (``summon_full_params``,
+``DTensor.full_tensor``) in a recorder hook, and from both ranks' raw
+values, for exactly the iterations it covers (publications after
+iterations 2 and 4; the optimizer steps every iteration).
+"""
+import functools
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS as ROOT_HOOKS
+from mmengine.registry import MODEL_WRAPPERS, MODELS
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from tests.helpers.dist import run_distributed
+from tests.helpers.runner import read_scalars, toy_cfg
+from tests.helpers.toy import ToyBNModel, ToyDataset
+
+MAX_ITERS = 4
+INTERVAL = 2
+PUBLISHED = (2, 4)
+SAMPLES = 64
+TARGETS = ('backbone.stem', 'backbone.layer1', 'backbone.layer1.0', 'head')
+MODULES = r'backbone\.(stem|layer1(\.0)?)|head'
+
+
+class ScaledHead(nn.Module):
+    """A linear head whose logits are divided by a learned temperature
+    (a one-element parameter: empty on one rank under FSDP2)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(channels, 10)
+        self.temperature = nn.Parameter(torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) / self.temperature
+
+
+@MODELS.register_module(force=True)
+class ShardToyModel(ToyBNModel):
+    """The toy BN model with a :class:`ScaledHead`; ``with_cp`` recomputes
+    the backbone in backward."""
+
+    def __init__(self, with_cp: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.head = ScaledHead(8)
+        self.with_cp = with_cp
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        if self.with_cp and self.training and torch.is_grad_enabled():
+            feats = checkpoint(self.backbone, inputs, use_reentrant=False)
+        else:
+            feats = self.backbone(inputs)
+        logits = self.head(feats.mean(dim=(2, 3)))
+        if mode == 'tensor':
+            return logits
+        return dict(
+            loss=F.cross_entropy(logits.float(), data_samples['gt_label']))
+
+
+@MODEL_WRAPPERS.register_module(force=True)
+class ShardToyFSDP2:
+    """FSDP2 per block and at the root, plugged in as
+    ``DDPStrategy(model_wrapper=dict(type='ShardToyFSDP2'))``: building it
+    returns the module itself, sharded in place (a class, not a function:
+    mmengine's ``is_model_wrapper`` calls ``isinstance`` with every entry
+    of the registry)."""
+
+    def __new__(cls, module: nn.Module, mixed: bool = False, **unused):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        kwargs = dict(
+            mp_policy=MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16)) if mixed else {}
+        for block in (module.backbone.stem, module.backbone.layer1,
+                      module.head):
+            fully_shard(block, **kwargs)
+        fully_shard(module, **kwargs)
+        return module
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+    if isinstance(tensor, DTensor):
+        tensor = tensor.full_tensor()
+    return tensor.detach().double().flatten().clone()
+
+
+@ROOT_HOOKS.register_module(force=True)
+class FullTensorRecorder(Hook):
+    """Per iteration: the loss, the targets' outputs, and around every
+    optimizer step the full gradients (before the step) and the full
+    weights before and after it, gathered by FSDP."""
+    priority = 'HIGHEST'
+
+    def __init__(self) -> None:
+        self.losses, self.steps, self.acts = {}, {}, {}
+        self.recording = False
+
+    def before_train(self, runner) -> None:
+        from mmstats.sharding import forward_modules
+        self.root = runner.model
+        _, inner = forward_modules(runner.model)
+        modules = dict(inner.named_modules())
+        self.targets = {name: modules[name] for name in TARGETS}
+        for name, module in self.targets.items():
+            module.register_forward_hook(
+                functools.partial(self._act, runner, name))
+        optimizer = runner.optim_wrapper.optimizer
+        optimizer.register_step_pre_hook(lambda *_: self._pre(runner))
+        optimizer.register_step_post_hook(lambda *_: self._post(runner))
+
+    @torch.compiler.disable
+    def _act(self, runner, name, module, args, output) -> None:
+        if self.recording and torch.is_grad_enabled():
+            self.acts.setdefault(runner.iter, {})[name] = _full(output)
+
+    def _gathered(self):
+        """``{name: (weights, grads)}`` of the full tensors (float64)."""
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if not isinstance(self.root, FSDP):
+            return self._read()
+        flat = self.root._handle.flat_param
+        if flat._params is not None:  # use_orig_params=True
+            with FSDP.summon_full_params(
+                    self.root, writeback=False, with_grads=True):
+                return self._read()
+        # use_orig_params=False: gather the flat gradient, cut it by
+        # FSDP's flat layout (parameters in order, then padding)
+        shard = self.root._handle.sharded_grad
+        pieces = [torch.empty_like(shard) for _ in range(2)]
+        torch.distributed.all_gather(pieces, shard.contiguous())
+        full = torch.cat(pieces)[:sum(flat._numels)].split(flat._numels)
+        grads = {
+            (id(info.module), info.param_name): grad
+            for info, grad in zip(flat._param_infos, full)
+        }
+        with FSDP.summon_full_params(self.root, writeback=False):
+            return self._read(grads)
+
+    def _read(self, flat_grads=None):
+        out = {}
+        for name, module in list(self.targets.items()) + [('', None)]:
+            grads, weights = [], []
+            for owner in (module or self.root).modules():
+                for pname, p in owner.named_parameters(recurse=False):
+                    weights.append(_full(p))
+                    if flat_grads is None:
+                        if p.grad is not None:
+                            grads.append(_full(p.grad))
+                        continue
+                    grads.append(_full(flat_grads[id(owner), pname]))
+            out[name] = (weights, grads)
+        return out
+
+    def _pre(self, runner) -> None:
+        self.steps[runner.iter] = dict(before=self._gathered())
+
+    def _post(self, runner) -> None:
+        self.steps[runner.iter]['after'] = self._gathered()
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        self.recording = True
+
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
+                         outputs=None) -> None:
+        self.recording = False
+        self.losses[runner.iter] = float(outputs['loss'].detach().double())
+
+
+@ROOT_HOOKS.register_module(force=True)
+class ShardStateRecorder(Hook):
+    """After every hook's ``after_train_iter`` (precise BN's forwards
+    included): whether every FSDP unit / FSDP2 parameter is sharded."""
+    priority = 'LOWEST'
+
+    def __init__(self) -> None:
+        self.states = []
+
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
+                         outputs=None) -> None:
+        self.states.append(all(_sharded_state(runner.model)))
+
+
+def _norm(tensors) -> float:
+    return float(torch.cat(tensors).norm()) if tensors else 0.0
+
+
+def _summary(recorder: FullTensorRecorder) -> dict:
+    """Plain numbers per step: norms of the full tensors."""
+    steps = {}
+    for it, step in recorder.steps.items():
+        before, after = step['before'], step['after']
+        steps[it] = {}
+        for name in list(TARGETS) + ['']:
+            w0, grads = before[name]
+            w1 = after[name][0]
+            steps[it][name] = dict(
+                grad_norm=_norm(grads),
+                weight_norm=_norm(w1),
+                update_ratio=_norm([a - b
+                                    for a, b in zip(w1, w0)]) / _norm(w0))
+    return steps
+
+
+def _sharded_state(model) -> list:
+    """Per FSDP unit / DTensor parameter: whether it is sharded now."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.tensor import DTensor
+    states = []
+    for module in model.modules():
+        if isinstance(module, FSDP) and module._handle is not None:
+            flat = module._handle.flat_param
+            states.append(flat.data_ptr() == flat._local_shard.data_ptr()
+                          and flat.numel() < sum(flat._numels))
+    from torch.distributed.fsdp import FSDPModule
+    if isinstance(model, FSDPModule):  # unsharded: plain tensors
+        states += [isinstance(p, DTensor) for p in model.parameters()]
+    return states
+
+
+def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
+    import mmstats.hooks.module_stats_hook as module_stats_hook
+    from mmengine.runner import FlexibleRunner
+    torch.manual_seed(rank)
+    cfg = toy_cfg(
+        f'{work_dir}/r{rank}',
+        by_epoch=False,
+        num_samples=SAMPLES,
+        batch_size=8,
+        max_iters=MAX_ITERS,
+        log_interval=INTERVAL)
+    cfg.model = dict(type='ShardToyModel', with_cp=with_cp)
+    cfg.train_dataloader.dataset = dict(type='ToyDataset', num_samples=SAMPLES)
+    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    cfg.train_cfg.pop('val_interval', None)
+    cfg.default_hooks.pop('checkpoint')
+    cfg.launcher = 'pytorch'
+    if strategy == 'ddp':
+        cfg.strategy = dict(
+            type='DDPStrategy',
+            model_wrapper=dict(
+                type='MMDistributedDataParallel', device_ids=None))
+    elif strategy.startswith('fsdp2'):
+        cfg.strategy = dict(
+            type='DDPStrategy',
+            model_wrapper=dict(
+                type='ShardToyFSDP2', mixed=strategy == 'fsdp2_bf16'))
+    else:
+        cfg.strategy = dict(
+            type='FSDPStrategy',
+            model_wrapper=dict(
+                type='MMFullyShardedDataParallel',
+                device_id='cpu',
+                use_orig_params=strategy != 'fsdp_flat'))
+    if compiled:
+        cfg.compile = True
+    cfg.custom_hooks = [
+        dict(
+            type='mmstats.PreciseBNHook',
+            num_samples=SAMPLES,
+            interval=MAX_ITERS,
+            progress=False),
+        dict(
+            type='mmstats.StatsCollectorHook',
+            stats=('num', 'mean', 'min', 'max'),
+            collect_timing=False),
+        dict(type='mmstats.ModuleStatsHook', modules=MODULES),
+        dict(type='FullTensorRecorder'),
+        dict(type='ShardStateRecorder'),
+    ]
+    reductions = []
+    original = module_stats_hook.all_reduce
+
+    def counted(*args, **kwargs):
+        reductions.append(1)
+        return original(*args, **kwargs)
+
+    module_stats_hook.all_reduce = counted
+    try:
+        runner = FlexibleRunner.from_cfg(cfg)
+        runner.train()
+    finally:
+        module_stats_hook.all_reduce = original
+    recorder = [h for h in runner.hooks
+                if isinstance(h, FullTensorRecorder)][0]
+    bn = recorder.targets['backbone.stem'].bn
+    return dict(
+        published=read_scalars(runner, missing_ok=True),
+        losses=recorder.losses,
+        acts={
+            it: {
+                n: v.numpy()
+                for n, v in acts.items()
+            }
+            for it, acts in recorder.acts.items()
+        },
+        steps=_summary(recorder),
+        stem_weight=recorder.steps[MAX_ITERS -
+                                   1]['after']['backbone.stem'][0][0].numpy(),
+        bn=(bn.running_mean.double().numpy(), bn.running_var.double().numpy()),
+        sharded=[h for h in runner.hooks
+                 if isinstance(h, ShardStateRecorder)][0].states,
+        reductions=len(reductions))
+
+
+def _check(ranks, strategy):
+    first = ranks[0]['published']
+    start = 0
+    for end in PUBLISHED:
+        scalars = first[end]
+        losses = [r['losses'][it] for r in ranks for it in range(start, end)]
+        assert scalars['stats/loss/num'] == len(losses)
+        assert scalars['stats/loss/mean'] == pytest.approx(
+            np.mean(losses), rel=1e-9)
+        assert scalars['stats/loss/max'] == pytest.approx(max(losses))
+        for name in TARGETS:
+            acts = np.concatenate([r['acts'][end - 1][name] for r in ranks])
+            key = f'stats/modules/{name}'
+            assert scalars[f'{key}/act/num'] == acts.size
+            assert scalars[f'{key}/act/mean'] == pytest.approx(
+                acts.mean(), rel=1e-5, abs=1e-7)
+            # the full tensors' norms at the publication's step; every rank
+            # publishes the same value (min == max)
+            for stat in ('grad_norm', 'weight_norm', 'update_ratio'):
+                ref = ranks[0]['steps'][end - 1][name][stat]
+                for r in ranks[1:]:
+                    assert r['steps'][end - 1][name][stat] == pytest.approx(
+                        ref, rel=1e-9)
+                assert scalars[f'{key}/{stat}/num'] == len(ranks), stat
+                assert scalars[f'{key}/{stat}/min'] == scalars[
+                    f'{key}/{stat}/max']
+                assert scalars[f'{key}/{stat}/mean'] == pytest.approx(
+                    ref, rel=1e-6), (name, stat)
+        total = ranks[0]['steps'][end - 1]['']['grad_norm']
+        assert scalars['stats/modules/total_grad_norm/mean'] == pytest.approx(
+            total, rel=1e-6)
+        start = end
+    # precise BN: the stem's BN over every sample with the final weights,
+    # identical on both ranks
+    images = ToyDataset(num_samples=SAMPLES).images.double()
+    weight = torch.from_numpy(ranks[0]['stem_weight']).view(8, 1, 3, 3)
+    out = F.conv2d(images, weight, padding=1)
+    mean = out.mean(dim=(0, 2, 3)).numpy()
+    var = out.var(dim=(0, 2, 3), unbiased=False).numpy()
+    rtol = 2e-2 if strategy == 'fsdp2_bf16' else 1e-6
+    for r in ranks:
+        np.testing.assert_array_equal(r['bn'][0], ranks[0]['bn'][0])
+        np.testing.assert_array_equal(r['bn'][1], ranks[0]['bn'][1])
+        np.testing.assert_allclose(r['bn'][0], mean, rtol=rtol, atol=1e-6)
+        np.testing.assert_allclose(r['bn'][1], var, rtol=rtol, atol=1e-6)
+    for r in ranks:
+        # as sharded as training left it; one all_reduce per publication
+        # (none without sharding)
+        assert all(r['sharded']), r['sharded']
+        assert r['reductions'] == (0 if strategy == 'ddp' else len(PUBLISHED))
+
+
+CELLS = [
+    ('ddp', False, False),
+    ('fsdp', False, False),
+    ('fsdp_flat', False, False),
+    ('fsdp', False, True),
+    ('fsdp2', False, False),
+    ('fsdp2_bf16', False, False),
+    ('fsdp2', True, False),
+]
+
+
+@pytest.mark.parametrize(
+    'strategy,compiled,with_cp',
+    CELLS,
+    ids=[
+        f'{s}{"-compile" if c else ""}{"-checkpointing" if w else ""}'
+        for s, c, w in CELLS
+    ])
+def test_flexible_runner(tmp_path, strategy, compiled, with_cp):
+    ranks = run_distributed(
+        _train, 2, str(tmp_path), strategy, compiled, with_cp, timeout=600)
+    _check(ranks, strategy)
