@@ -88,9 +88,16 @@ class ShardToyFSDP2:
 
     def __new__(cls, module: nn.Module, mixed: bool = False, **unused):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        kwargs = dict(
-            mp_policy=MixedPrecisionPolicy(
-                param_dtype=torch.bfloat16)) if mixed else {}
+        kwargs = {}
+        if mixed:  # bf16 compute; BN layers (CPU BN: one dtype) in fp32
+            kwargs = dict(
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+            for bn in (m for m in module.modules()
+                       if isinstance(m, nn.BatchNorm2d)):
+                fully_shard(
+                    bn,
+                    mp_policy=MixedPrecisionPolicy(
+                        param_dtype=torch.float32, cast_forward_inputs=True))
         for block in (module.backbone.stem, module.backbone.layer1,
                       module.head):
             fully_shard(block, **kwargs)
