@@ -10,7 +10,7 @@ import pytest
 import torch.nn as nn
 
 from mmstats import Collector, training_stats, update_bn_stats
-from mmstats.hooks import PreciseBNHook, StatsCollectorHook
+from mmstats.hooks import ModuleStatsHook, PreciseBNHook, StatsCollectorHook
 from mmstats.utils import args
 
 
@@ -26,6 +26,10 @@ OWNERS = {
     'PreciseBNHook': PreciseBNHook,
     'update_bn_stats': bn_stats,
     'training_stats.Collector': training_stats.Collector,
+    'ModuleStatsHook': lambda **kw: ModuleStatsHook(**{
+        'modules': 'x',
+        **kw
+    }),
 }
 
 # (owner, argument, a wrong value, the exception, what the message says)
@@ -64,6 +68,12 @@ CASES = [
                           ('PreciseBNHook', 'estimator'),
                           ('update_bn_stats', 'estimator'))
       for bad, error in (('nope', ValueError), (None, TypeError))],
+    # ModuleStatsHook's statistics and prefix
+    *[('ModuleStatsHook', 'stats', bad, error, 'must be a non-empty list')
+      for bad, error in (('act', TypeError), (None, TypeError),
+                         ((), ValueError), (('typo', ), ValueError))],
+    *[('ModuleStatsHook', 'prefix', bad, error, 'must be a non-empty str')
+      for bad, error in ((1, TypeError), ('', ValueError))],
 ]
 
 

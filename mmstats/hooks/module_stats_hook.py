@@ -17,6 +17,7 @@ from torch import nn
 from mmstats.registry import HOOKS
 from mmstats.sharding import ParamLayout, sum_squares
 from mmstats.stats import report
+from mmstats.utils.args import check_str
 from .log_rhythm import (find_logger_hook, last_step_before_publication,
                          train_publication)
 from .module_act import ActivationProbes, in_backward
@@ -98,15 +99,15 @@ class ModuleStatsHook(Hook):
         except re.error as e:
             raise ValueError(f'ModuleStatsHook: modules={modules!r} is not a '
                              f'valid regular expression ({e})') from None
-        if isinstance(stats, str) or not isinstance(
-                stats,
-                Sequence) or not stats or not set(stats) <= set(MODULE_STATS):
-            raise ValueError(f'ModuleStatsHook: stats must be a non-empty '
-                             f'list of {MODULE_STATS}, e.g. stats=("act",), '
-                             f'got {stats!r}')
-        if not isinstance(prefix, str) or not prefix:
-            raise ValueError('ModuleStatsHook: prefix must be a non-empty '
-                             f'str, got {prefix!r}')
+        what = (f'a non-empty list of {MODULE_STATS}, e.g. '
+                'stats=("act", "grad_norm")')
+        if isinstance(stats, str) or not isinstance(stats, Sequence):
+            raise TypeError(f'ModuleStatsHook: stats must be {what}, got '
+                            f'{stats!r} of type {type(stats).__name__}')
+        if not stats or not set(stats) <= set(MODULE_STATS):
+            raise ValueError(
+                f'ModuleStatsHook: stats must be {what}, got {stats!r}')
+        check_str('ModuleStatsHook', 'prefix', prefix, 'modules')
         self.modules = modules
         self.stats = tuple(stats)
         self.prefix = prefix
