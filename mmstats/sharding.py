@@ -19,9 +19,13 @@ Which layouts are read, and how (``docs/sharding.md``):
   cut into the original parameters with FSDP's own shard bookkeeping;
 - FSDP2 (``fully_shard``): DTensor parameters and gradients, their
   ``to_local()`` parts;
-- DeepSpeed ZeRO-3: each parameter's partition ``ds_tensor``.
+- DeepSpeed ZeRO-1/2: parameters whole on every rank, each counted where
+  this rank's optimizer partition covers it (``_hp_mapping``), which is
+  also where its reduced gradient lives between backward and step;
+- DeepSpeed ZeRO-3: each parameter's partition ``ds_tensor`` (and
+  ``safe_get_local_grad``), without the padding.
 """
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -174,13 +178,53 @@ def _fsdp1_grad(handle, index: int) -> Callable[[], Optional[Tensor]]:
 
 
 def _zero3_part(module: nn.Module, param: Tensor) -> ParamPart:
-    """A DeepSpeed ZeRO-3 parameter: its partition ``ds_tensor``."""
-    return ParamPart(
-        module,
-        param.requires_grad,
-        param,
-        lambda p=param: p.ds_tensor.detach(),
-        lambda: None)
+    """A DeepSpeed ZeRO-3 parameter: its partition ``ds_tensor`` without
+    the padding; the gradient partition between backward and step."""
+
+    def size(p=param) -> int:
+        part = p.ds_tensor.numel()  # partitions are contiguous, by rank
+        start = part * _rank(p.ds_process_group)
+        return max(0, min(part, p.ds_numel - start))
+
+    def weight(p=param) -> Tensor:
+        return p.ds_tensor.detach().reshape(-1).narrow(0, 0, size())
+
+    def grad(p=param) -> Optional[Tensor]:
+        from deepspeed.utils import safe_get_local_grad
+        local = safe_get_local_grad(p)
+        return None if local is None else local.reshape(-1).narrow(
+            0, 0, size())
+
+    return ParamPart(module, param.requires_grad, param, weight, grad)
+
+
+def _zero12_part(module: nn.Module, param: Tensor) -> ParamPart:
+    """A DeepSpeed ZeRO-1/2 parameter: whole on every rank, its gradient
+    (between backward and step) and optimizer state partitioned; the
+    slice this rank's partition covers (``_hp_mapping``), empty where it
+    covers none."""
+    empty = param.detach().new_zeros(0)
+
+    def weight(p=param) -> Tensor:
+        mapping = p._hp_mapping
+        if mapping is None:
+            return empty
+        address = mapping.lp_fragment_address
+        return p.detach().reshape(-1).narrow(0, address.start, address.numel)
+
+    def grad(p=param) -> Tensor:
+        mapping = p._hp_mapping
+        if mapping is None:
+            return empty
+        return mapping.get_lp_grad_fragment(
+            p._index_in_param_group).reshape(-1)
+
+    return ParamPart(module, param.requires_grad, param, weight, grad)
+
+
+def _rank(group: Any = None) -> int:
+    from mmengine.dist import get_rank
+    return get_rank(group)
 
 
 class ParamLayout:
@@ -201,7 +245,8 @@ class ParamLayout:
         sharded (bool): Whether the per-rank sums over :attr:`parts` must
             be SUM-reduced over the world to be those of the full tensors
             (otherwise every rank already holds every parameter whole).
-        kind (str): ``'plain'``, ``'fsdp'``, ``'fsdp2'`` or ``'zero3'``.
+        kind (str): ``'plain'``, ``'fsdp'``, ``'fsdp2'``, ``'zero12'``
+            (DeepSpeed ZeRO-1/2) or ``'zero3'``.
 
     Example:
         >>> from torch import nn
@@ -215,6 +260,8 @@ class ParamLayout:
     def __init__(self, model: nn.Module) -> None:
         from mmengine.dist import get_rank
         from torch.distributed.fsdp import FullyShardedDataParallel
+        if not isinstance(model, nn.Module):  # mmengine's DeepSpeed wrapper
+            model = model.module
         from torch.distributed.tensor import DTensor
         rank = get_rank()
         seen: set = set()
@@ -236,6 +283,9 @@ class ParamLayout:
                 elif hasattr(param, 'ds_tensor'):
                     kinds.add('zero3')
                     parts.append(_zero3_part(module, param))
+                elif hasattr(param, '_hp_mapping'):
+                    kinds.add('zero12')
+                    parts.append(_zero12_part(module, param))
                 else:
                     plain.append((module, param))
         if len(kinds) > 1:
@@ -284,8 +334,9 @@ def sum_squares(tensors: Sequence[Tensor], segments: Sequence[int],
 
 
 def is_sharded(model: nn.Module) -> bool:
-    """Whether some parameter of ``model`` is sharded over the ranks (FSDP1,
-    FSDP2 or DeepSpeed ZeRO-3): then every forward is a collective.
+    """Whether the parameters of ``model`` are sharded over the ranks
+    (FSDP1, FSDP2 or DeepSpeed ZeRO-3): then every forward is a collective
+    (ZeRO-1/2 keep every parameter whole: their forwards are not).
 
     Example:
         >>> from torch import nn
@@ -294,6 +345,8 @@ def is_sharded(model: nn.Module) -> bool:
     """
     from torch.distributed.fsdp import FullyShardedDataParallel
     from torch.distributed.tensor import DTensor
+    if not isinstance(model, nn.Module):  # mmengine's DeepSpeed wrapper
+        model = model.module
     if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
         return True
     return any(
@@ -329,12 +382,18 @@ def forward_modules(model: nn.Module) -> Tuple[nn.Module, nn.Module]:
     return outer, inner
 
 
-def reshard(model: nn.Module) -> None:
-    """Free the gathered parameters that forwards outside training left
-    behind (FSDP2 keeps the root's after a forward, for the backward that
-    a ``no_grad`` forward never runs), so ``model`` is as sharded as a
-    training step leaves it."""
+def reshard(model: Any) -> None:
+    """Free the gathered parameters that forwards outside training may
+    leave behind, so ``model`` is as sharded as a training step leaves it:
+    FSDP2 units are resharded, and a DeepSpeed ZeRO-3 engine (``model`` or
+    mmengine's wrapper of it) empties its partition cache (its prefetching
+    keeps every parameter gathered until a backward otherwise)."""
     from torch.distributed.fsdp import FSDPModule
+    engine = model if hasattr(model, 'empty_partition_cache') else getattr(
+        model, 'model', None)
+    if hasattr(engine, 'empty_partition_cache'):
+        engine.empty_partition_cache()
+        return
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.reshard()

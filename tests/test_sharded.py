@@ -20,6 +20,7 @@ values, for exactly the iterations it covers (publications after
 iterations 2 and 4; the optimizer steps every iteration).
 """
 import functools
+import os
 
 import numpy as np
 import pytest
@@ -125,14 +126,27 @@ class FullTensorRecorder(Hook):
 
     def before_train(self, runner) -> None:
         from mmstats.sharding import forward_modules
-        self.root = runner.model
         _, inner = forward_modules(runner.model)
+        self.root = runner.model if isinstance(runner.model,
+                                               nn.Module) else inner
         modules = dict(inner.named_modules())
         self.targets = {name: modules[name] for name in TARGETS}
         for name, module in self.targets.items():
             module.register_forward_hook(
                 functools.partial(self._act, runner, name))
-        optimizer = runner.optim_wrapper.optimizer
+        wrapper = runner.optim_wrapper
+        self.zero = getattr(wrapper, '_model', None) is not None
+        if self.zero:  # DeepSpeed: no torch step hooks
+            step = wrapper.step
+
+            def wrapped(**kwargs):
+                self._pre(runner)
+                step(**kwargs)
+                self._post(runner)
+
+            wrapper.step = wrapped
+            return
+        optimizer = wrapper.optimizer
         optimizer.register_step_pre_hook(lambda *_: self._pre(runner))
         optimizer.register_step_post_hook(lambda *_: self._post(runner))
 
@@ -141,9 +155,11 @@ class FullTensorRecorder(Hook):
         if self.recording and torch.is_grad_enabled():
             self.acts.setdefault(runner.iter, {})[name] = _full(output)
 
-    def _gathered(self):
+    def _gathered(self, grads: bool = True):
         """``{name: (weights, grads)}`` of the full tensors (float64)."""
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if self.zero:
+            return self._read_zero(grads)
         if not isinstance(self.root, FSDP):
             return self._read()
         flat = self.root._handle.flat_param
@@ -164,6 +180,26 @@ class FullTensorRecorder(Hook):
         with FSDP.summon_full_params(self.root, writeback=False):
             return self._read(grads)
 
+    def _read_zero(self, with_grads: bool):
+        """DeepSpeed: full gradients by ``safe_get_full_grad`` (collective
+        under ZeRO-1/2: every rank, same order), full values gathered."""
+        import deepspeed
+        from deepspeed.utils import safe_get_full_grad
+        params = list(self.root.parameters())
+        grads = {
+            id(p): safe_get_full_grad(p) if with_grads else None
+            for p in params
+        }
+        with deepspeed.zero.GatheredParameters(params):
+            out = {}
+            for name, module in list(self.targets.items()) + [('', None)]:
+                mine = list((module or self.root).parameters())
+                out[name] = ([_full(p) for p in mine], [
+                    _full(grads[id(p)]) for p in mine
+                    if grads[id(p)] is not None
+                ])
+        return out
+
     def _read(self, flat_grads=None):
         out = {}
         for name, module in list(self.targets.items()) + [('', None)]:
@@ -183,7 +219,7 @@ class FullTensorRecorder(Hook):
         self.steps[runner.iter] = dict(before=self._gathered())
 
     def _post(self, runner) -> None:
-        self.steps[runner.iter]['after'] = self._gathered()
+        self.steps[runner.iter]['after'] = self._gathered(grads=False)
 
     def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
         self.recording = True
@@ -211,7 +247,11 @@ class ShardStateRecorder(Hook):
                          batch_idx,
                          data_batch=None,
                          outputs=None) -> None:
-        self.states.append(all(_sharded_state(runner.model)))
+        from mmstats.sharding import forward_modules
+        model = runner.model
+        if not isinstance(model, nn.Module):  # DeepSpeed
+            model = forward_modules(model)[1]
+        self.states.append(all(_sharded_state(model)))
 
 
 def _norm(tensors) -> float:
@@ -248,6 +288,11 @@ def _sharded_state(model) -> list:
     from torch.distributed.fsdp import FSDPModule
     if isinstance(model, FSDPModule):  # unsharded: plain tensors
         states += [isinstance(p, DTensor) for p in model.parameters()]
+    # DeepSpeed ZeRO-3: a released parameter holds no data
+    states += [
+        p.data.numel() == 0 for p in model.parameters()
+        if hasattr(p, 'ds_tensor')
+    ]
     return states
 
 
@@ -268,7 +313,20 @@ def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
     cfg.train_cfg.pop('val_interval', None)
     cfg.default_hooks.pop('checkpoint')
     cfg.launcher = 'pytorch'
-    if strategy == 'ddp':
+    if strategy.startswith('zero'):
+        os.environ['DS_ACCELERATOR'] = 'cpu'
+        import deepspeed
+        deepspeed.init_distributed(dist_backend='gloo')  # the group exists
+        cfg.strategy = dict(
+            type='DeepSpeedStrategy',
+            zero_optimization=dict(
+                stage=int(strategy[-1]), stage3_param_persistence_threshold=0),
+            train_micro_batch_size_per_gpu=8,
+            gradient_accumulation_steps=1)
+        cfg.optim_wrapper = dict(
+            type='DeepSpeedOptimWrapper',
+            optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.0))
+    elif strategy == 'ddp':
         cfg.strategy = dict(
             type='DDPStrategy',
             model_wrapper=dict(
@@ -396,6 +454,9 @@ CELLS = [
     ('fsdp2', False, False),
     ('fsdp2_bf16', False, False),
     ('fsdp2', True, False),
+    ('zero1', False, False),
+    ('zero2', False, False),
+    ('zero3', False, False),
 ]
 
 
@@ -407,6 +468,8 @@ CELLS = [
         for s, c, w in CELLS
     ])
 def test_flexible_runner(tmp_path, strategy, compiled, with_cp):
+    if strategy.startswith('zero'):
+        pytest.importorskip('deepspeed', reason='DeepSpeed is not installed')
     ranks = run_distributed(
         _train, 2, str(tmp_path), strategy, compiled, with_cp, timeout=600)
     _check(ranks, strategy)

@@ -162,8 +162,7 @@ class ModuleStatsHook(Hook):
         self._weights = [(segment, self._layout.parts[i])
                          for i, segments in owners.items()
                          for segment in segments]
-        self._device = next(runner.model.parameters(),
-                            torch.zeros(0)).device
+        self._device = next(model.parameters(), torch.zeros(0)).device
         if 'act' in self.stats:
             self._acts = ActivationProbes(self.targets, self.prefix)
             if not in_backward.available:
@@ -183,7 +182,8 @@ class ModuleStatsHook(Hook):
         parts = self._weights + [(total, part) for part in self._layout.parts]
         self._steps, self._totals = [], []
         for key, wrapper in wrappers.items():
-            if not isinstance(wrapper, OptimWrapper):
+            if not isinstance(wrapper, OptimWrapper) and not _deepspeed(
+                    wrapper, self.stats):
                 continue
             self._steps.append(
                 StepProbe(wrapper, parts, total + 1, self.stats, self._device))
@@ -220,7 +220,8 @@ class ModuleStatsHook(Hook):
                      optim_wrapper: OptimWrapper) -> bool:
         """Whether the gradient statistics are taken at this iteration's
         optimizer step: the last step up to a publication."""
-        if optim_wrapper._accumulative_counts == 1:  # steps every time
+        if getattr(optim_wrapper, '_accumulative_counts',
+                   1) == 1:  # steps every time (DeepSpeed: at boundaries)
             return self._publishes
         return last_step_before_publication(runner, batch_idx, optim_wrapper,
                                             self.publishes_after)
@@ -313,3 +314,29 @@ class ModuleStatsHook(Hook):
             for segment in sorted({s for s, _ in self._weights}):
                 report(f'{self.prefix}/{names[segment]}/weight_norm',
                        weights[segment])
+
+
+def _deepspeed(wrapper, stats: Sequence[str]) -> bool:
+    """Whether ``wrapper`` is mmengine's DeepSpeedOptimWrapper whose
+    gradients the hook can read (unscaled: not under DeepSpeed's fp16
+    loss scaling); warns where it cannot."""
+    engine = getattr(wrapper, '_model', None)
+    if type(wrapper).__name__ != 'DeepSpeedOptimWrapper' or engine is None:
+        return False
+    wanted = [s for s in stats if s in ('grad_norm', 'update_ratio')]
+    if engine.fp16_enabled() and wanted:
+        print_log(
+            'ModuleStatsHook: DeepSpeed fp16 keeps gradients multiplied by '
+            'its loss scale until engine.step(): no grad_norm, update_ratio '
+            'or total_grad_norm (use bf16, or stats=("act", "weight_norm"))',
+            'current',
+            level=30)
+        return False
+    if engine.gradient_accumulation_steps() > 1 and wanted:
+        print_log(
+            'ModuleStatsHook: DeepSpeed gradient_accumulation_steps > 1: '
+            'gradient statistics are taken only where a publication falls '
+            'on an accumulation boundary',
+            'current',
+            level=30)
+    return True

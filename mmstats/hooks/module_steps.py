@@ -9,7 +9,10 @@ only if every gradient is finite). A step the scaler skips calls neither
 hook, so its gradients never reach the statistics; it is counted instead.
 Gradients are read *before clipping*: where the wrapper clips
 (``clip_grad``), at its ``_clip_grad`` (gradients already unscaled), and
-kept only if the step then happens.
+kept only if the step then happens. DeepSpeed's ZeRO optimizers have no
+step hooks: for a ``DeepSpeedOptimWrapper`` the probe wraps its ``step``
+(the engine's gradients are reduced, partitioned and unclipped until
+``engine.step()``), at gradient accumulation boundaries.
 
 The probe keeps per-segment sums of squares of the *local* parts of the
 parameters (:mod:`mmstats.sharding`); ModuleStatsHook reduces them over the
@@ -53,13 +56,17 @@ class StepProbe:
                  stats: Sequence[str], device: torch.device) -> None:
         self.optim_wrapper = optim_wrapper
         optimizer = optim_wrapper.optimizer
-        mine = {
+        #: the DeepSpeed engine (its optimizer owns every parameter)
+        self.engine = getattr(optim_wrapper, '_model', None)
+        mine = None if self.engine is not None else {
             id(p)
             for group in optimizer.param_groups
             for p in group['params']
         }
-        self.parts = [(s, p) for s, p in parts
-                      if p.trainable and id(p.optim_key) in mine]
+        self.parts = [
+            (s, p) for s, p in parts
+            if p.trainable and (mine is None or id(p.optim_key) in mine)
+        ]
         self.segments = sorted({s for s, _ in self.parts})
         self.num_segments = num_segments
         self.device = device
@@ -77,12 +84,16 @@ class StepProbe:
         self._count_before = 0
         self._before: Optional[tuple] = None
         self._clipped: Optional[tuple] = None
-        self._handles = [
+        self._handles = [] if self.engine is not None else [
             optimizer.register_step_pre_hook(
                 torch.compiler.disable(self._pre_step)),
             optimizer.register_step_post_hook(
                 torch.compiler.disable(self._post_step)),
         ]
+        self._step = None
+        if self.engine is not None:  # ZeRO optimizers have no step hooks
+            self._step = optim_wrapper.step
+            optim_wrapper.step = self._engine_step
         self._clip = None
         if getattr(optim_wrapper, 'clip_grad_kwargs', None):
             self._clip = optim_wrapper._clip_grad
@@ -93,7 +104,7 @@ class StepProbe:
         """Arm (or not) the statistics of this iteration's steps."""
         self.armed = armed and bool(self.stats) and bool(self.parts)
         self.calls = 0
-        self._count_before = self.optim_wrapper._inner_count
+        self._count_before = getattr(self.optim_wrapper, '_inner_count', 0)
 
     def end_iteration(self) -> int:
         """Disarm; return how many due steps the GradScaler skipped in this
@@ -126,6 +137,9 @@ class StepProbe:
         if self._clip is not None:
             del self.optim_wrapper._clip_grad  # the class's method again
             self._clip = None
+        if self._step is not None:
+            del self.optim_wrapper.step
+            self._step = None
 
     # -- the hooks ---------------------------------------------------------
     def _with_grad(self) -> List[Tuple[int, ParamPart, Tensor]]:
@@ -144,6 +158,16 @@ class StepProbe:
                               [s for s, _, _ in found], self.num_segments,
                               self.device)
         return squares, found
+
+    def _engine_step(self, **kwargs) -> None:
+        """DeepSpeedOptimWrapper.step: the engine's gradients are reduced
+        and readable until its step, at an accumulation boundary."""
+        boundary = self.engine.is_gradient_accumulation_boundary()
+        if boundary:
+            self._pre_step(None, (), {})
+        self._step(**kwargs)
+        if boundary:
+            self._post_step(None, (), {})
 
     def _clip_grad(self) -> None:
         if self.armed:

@@ -316,6 +316,7 @@ def update_bn_stats(model: nn.Module,
     start_time = time.perf_counter()
     # DDP's forward only adds collectives: run the module inside; a
     # sharded model runs through its sharding (the forward gathers shards)
+    given = model
     model, base = forward_modules(model)
     sharded = is_sharded(model) and get_world_size(group) > 1
     named, frozen, unaffected, kept = find_layers(base)
@@ -369,7 +370,7 @@ def update_bn_stats(model: nn.Module,
             for buf, value in kept:
                 buf.copy_(value)
             if sharded:
-                reshard(model)
+                reshard(given)
         var_changes, mean_changes = [], []
         for g, (mean, var) in zip(recorder.groups, results):
             called, var_change, mean_change = _commit(recorder, g, mean, var)

@@ -2,7 +2,7 @@
 
 Spawns 2 gloo processes (CPU, 1 torch/OMP thread each) that shard a small
 ResNet-like net (a strided stem, then 3 ``Block`` = [Conv-BN-ReLU-Conv-BN
-+ skip, ReLU], 16 then 32 channels, 3x32x32 inputs, batch 32; a few ms a
++ skip, ReLU], 16 then 32 channels, 3x32x32 inputs, batch 32; ~10 ms a
 forward on one thread) with
 
 - FSDP1: ``FullyShardedDataParallel(use_orig_params=True)``, one unit per
@@ -29,8 +29,9 @@ timed part (asserted).
 
 How ``update_bn_stats`` runs on a sharded model: it forwards through the
 sharding wrapper (the FSDP1 root wrapper / the FSDP2 root module), so
-each unit gathers its own shards for its forward and frees them after;
-the whole model is never gathered. As every forward is then a collective,
+each FSDP unit gathers its own shards for its forward and frees them after
+(the root's may stay gathered between forwards, as in training); the
+whole model is never gathered. As every forward is then a collective,
 the ranks agree before each batch, with one MIN ``all_reduce`` of 4 flags
 (have a batch, preparing it went fine, still want samples, batch of >= 2
 samples), whether to forward it on every rank or to stop on every rank,
@@ -194,7 +195,7 @@ def run(strategies, rounds, num_batches):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        '--rounds', type=int, help='timed rounds (default 9, --quick 3)')
+        '--rounds', type=int, help='timed rounds (default 11, --quick 3)')
     parser.add_argument(
         '--batches', type=int, default=16, help='K batches per rank')
     parser.add_argument(
@@ -205,7 +206,7 @@ def main():
         default=['FSDP1', 'FSDP2'],
         choices=['FSDP1', 'FSDP2'])
     args = parser.parse_args()
-    rounds = args.rounds or (3 if args.quick else 9)
+    rounds = args.rounds or (3 if args.quick else 11)
     os.environ['OMP_NUM_THREADS'] = '1'  # inherited by the ranks
     results = run(args.strategies, rounds, args.batches)
     # every rank ran exactly K forwards in every timed part, warm-up too
