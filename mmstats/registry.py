@@ -10,11 +10,14 @@ needed and the config's ``default_scope`` stays the user's (``mmpretrain``,
 own names never collide with ours, and an unprefixed ``type='PreciseBNHook'``
 never silently resolves to mmstats' hook (or ours to another package's).
 
-Only ``HOOKS`` exists: ``default_scope='mmstats'`` is not needed (mmstats has
-no models or datasets; under it a Runner warns for every other registry),
-keep the config's own scope and use the prefix. See ``docs/architecture.md``.
+Two registries exist: ``HOOKS`` and ``MODEL_WRAPPERS`` (``mmstats.FullyShard``,
+FSDP2 for ``FlexibleRunner`` configs). ``default_scope='mmstats'`` is not
+needed (mmstats has no models or datasets; under it a Runner warns for
+every other registry): keep the config's own scope and use the prefix. See
+``docs/architecture.md``.
 """
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
+from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS
 from mmengine.registry import Registry
 
 HOOKS = Registry(
@@ -22,3 +25,9 @@ HOOKS = Registry(
     parent=MMENGINE_HOOKS,
     scope='mmstats',
     locations=['mmstats.hooks'])
+
+MODEL_WRAPPERS = Registry(
+    'model_wrapper',
+    parent=MMENGINE_MODEL_WRAPPERS,
+    scope='mmstats',
+    locations=['mmstats.utils.fully_shard'])
