@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from mmstats.precise_bn import check_args, layers_to_update, update_bn_stats
 from mmstats.precise_bn.batches import check_loader_cfg, loader_like
 from mmstats.registry import HOOKS
+from mmstats.sharding import is_sharded
 from .log_rhythm import find_logger_hook, logs_train_line
 from .precise_bn_log import (EMA_VAR_CHANGE, HUB_KEYS, VAR_CHANGE,
                              check_hook_args, drop_hub_keys, log_modes,
@@ -106,6 +107,7 @@ class PreciseBNHook(Hook):
         self._active = False  # some BN layer to recompute (last check)
         self._num_runs = 0
         self._ema_stale = False
+        self._ema_sharded = False
         self._swapped_for_val = False
         self._pending: Dict[str, float] = {}  # hub keys for the next line
         self._published: Dict[str, float] = {}  # on the hub until next iter
@@ -120,7 +122,19 @@ class PreciseBNHook(Hook):
         self._pending, self._published = {}, {}
         self._active = False
         self._has_bn = any(
-            isinstance(m, _BatchNorm) for m in runner.model.modules())
+            isinstance(m, _BatchNorm) for m in self._bare(runner).modules())
+        # mmengine's EMAHook copies the model it finds: under FSDP / ZeRO-3
+        # that is this rank's shards, which cannot run a forward
+        self._ema_sharded = is_sharded(runner.model)
+        if (self._ema_sharded and self.update_ema
+                and self._ema_hook(runner) is not None):
+            print_log(
+                'PreciseBNHook: the model is sharded (FSDP / DeepSpeed '
+                "ZeRO-3) and mmengine's EMAHook keeps a copy of this rank's "
+                "shards: the EMA model's BN statistics are not recomputed "
+                '(see docs/sharding.md)',
+                'current',
+                level=30)
         if not self._has_bn:
             print_log(
                 'PreciseBNHook: the model has no BatchNorm layer; the '
@@ -282,7 +296,8 @@ class PreciseBNHook(Hook):
         self._pending[VAR_CHANGE] = summary['var_change']
         self._num_runs += 1
         self._ema_stale = (
-            self.update_ema and self._ema_hook(runner) is not None)
+            self.update_ema and not self._ema_sharded
+            and self._ema_hook(runner) is not None)
 
     def _refresh_ema(self, runner) -> None:
         """Recompute the EMA model's statistics if they are stale."""
