@@ -294,7 +294,14 @@ def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
     if strategy.startswith('zero'):
         os.environ['DS_ACCELERATOR'] = 'cpu'
         import deepspeed
+        from mmengine.registry import OPTIMIZERS
         deepspeed.init_distributed(dist_backend='gloo')  # the group exists
+        # mmengine 0.10.7's DeepSpeedStrategy registers DeepSpeed's
+        # optimizers on every build: a second one in this (pooled) process
+        # would raise "already registered"
+        for name in ('DeepSpeedCPUAdam', 'FusedAdam', 'FusedLamb',
+                     'OnebitAdam', 'OnebitLamb', 'ZeroOneAdam'):
+            OPTIMIZERS.module_dict.pop(name, None)
         cfg.strategy = dict(
             type='DeepSpeedStrategy',
             zero_optimization=dict(
@@ -455,3 +462,42 @@ def test_flexible_runner(tmp_path, strategy, compiled, with_cp):
     ranks = run_distributed(
         _train, 2, str(tmp_path), strategy, compiled, with_cp, timeout=600)
     _check(ranks, strategy)
+
+
+class ColossalAIStrategy:
+    """Stands in for mmengine's ColossalAIStrategy (ColossalAI cannot be
+    installed here): the hooks look at the strategy's class name."""
+
+
+@pytest.mark.parametrize(
+    'hook', ['StatsCollectorHook', 'ModuleStatsHook', 'PreciseBNHook'])
+def test_an_unchecked_strategy_is_refused_at_before_run(hook):
+    from types import SimpleNamespace
+
+    from mmstats.registry import HOOKS
+    args = dict(modules='x') if hook == 'ModuleStatsHook' else {}
+    built = HOOKS.build(dict(type=f'mmstats.{hook}', **args))
+    with pytest.raises(
+            RuntimeError, match=f'{hook}: ColossalAIStrategy is '
+            'not supported'):
+        built.before_run(SimpleNamespace(strategy=ColossalAIStrategy()))
+
+
+@pytest.mark.parametrize('name', ['fsdp', 'fsdp2', 'deepspeed_zero3'])
+def test_strategy_fragments_load(name):
+    import os.path as osp
+
+    from mmengine.config import Config
+    from mmengine.model import is_model_wrapper
+    from mmengine.registry import MODEL_WRAPPERS
+
+    from mmstats.utils.fully_shard import FullyShard
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    cfg = Config.fromfile(
+        osp.join(root, 'configs', '_base_', 'strategies', f'{name}.py'))
+    assert cfg.runner_type == 'FlexibleRunner'
+    wrapper = cfg.strategy.get('model_wrapper', {}).get('type')
+    if wrapper == 'mmstats.FullyShard':
+        assert MODEL_WRAPPERS.get(wrapper) is FullyShard
+        # a class whose construction returns the module: no model is one
+        assert not is_model_wrapper(nn.Linear(2, 2))

@@ -12,6 +12,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapper, OptimWrapperDict
+from mmengine.runner import Runner
 from torch import nn
 
 from mmstats.registry import HOOKS
@@ -23,6 +24,7 @@ from .log_rhythm import (find_logger_hook, last_step_before_publication,
 from .module_act import ActivationProbes, in_backward
 from .module_steps import BEFORE, GRAD, UPDATE, StepProbe
 from .stats_collector_hook import DEFAULT_INTERVAL, StatsCollectorHook
+from .strategies import refuse_unchecked_strategy
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 MODULE_STATS = ('act', 'grad_norm', 'weight_norm', 'update_ratio')
@@ -127,6 +129,10 @@ class ModuleStatsHook(Hook):
         self._cost = 0.0
 
     # -- setup -----------------------------------------------------------
+    def before_run(self, runner: Runner) -> None:
+        """Refuse a strategy whose numbers were never checked."""
+        refuse_unchecked_strategy(runner, 'ModuleStatsHook')
+
     def before_train(self, runner) -> None:
         self.remove()  # a second runner.train()
         model = runner.model.module if is_model_wrapper(

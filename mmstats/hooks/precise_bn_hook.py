@@ -20,6 +20,7 @@ from .log_rhythm import find_logger_hook, logs_train_line
 from .precise_bn_log import (EMA_VAR_CHANGE, HUB_KEYS, VAR_CHANGE,
                              check_hook_args, drop_hub_keys, log_modes,
                              log_summary)
+from .strategies import refuse_unchecked_strategy
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 RUNS_KEY = 'precise_bn_runs'  # in checkpoint['meta']
@@ -113,6 +114,10 @@ class PreciseBNHook(Hook):
         self._published: Dict[str, float] = {}  # on the hub until next iter
 
     # -- hook points -----------------------------------------------------
+    def before_run(self, runner: Runner) -> None:
+        """Refuse a strategy whose numbers were never checked."""
+        refuse_unchecked_strategy(runner, 'PreciseBNHook')
+
     def before_train(self, runner) -> None:
         self.by_epoch = self._by_epoch
         if self._by_epoch is None:

@@ -14,6 +14,7 @@ from .log_rhythm import (epoch_ends_after, find_logger_hook, log_current_value,
                          train_publication)
 from .stats_collector_args import (OUTPUTS_PREFIX, check_args, check_log_regex,
                                    collector_patterns)
+from .strategies import refuse_unchecked_strategy
 from .worker_loaders import WorkerBatches
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
@@ -165,6 +166,7 @@ class StatsCollectorHook(Hook):
         self._unpublished = 0  # training iterations since the publication
 
     def before_run(self, runner) -> None:
+        refuse_unchecked_strategy(runner, 'StatsCollectorHook')
         self._logger = find_logger_hook(runner)
         if self.interval is None:
             self.interval = (
