@@ -13,7 +13,10 @@ from mmengine.dist import get_rank, get_world_size, is_distributed
 from torch import Tensor
 from torch._utils import _flatten_dense_tensors
 
-__all__ = ['is_distributed', 'get_world_size', 'get_rank', 'scaled_all_reduce']
+__all__ = [
+    'is_distributed', 'get_world_size', 'get_rank', 'scaled_all_reduce',
+    'host_group'
+]
 
 
 def _check_floating(tensors: Sequence[Tensor]) -> None:
@@ -112,3 +115,28 @@ def _reduce_bucket(bucket: List[Tensor], world_size: int,
     else:  # one op: split and copy into the destinations (~2x cheaper
         # than creating the split views and a foreach copy)
         torch.split_with_sizes_copy(flat, sizes, out=dests)
+
+
+#: process group (None: the default one) -> a gloo group over its ranks;
+#: filled by host_group, the only writer
+_HOST_GROUPS: Dict[Optional[object], object] = {}
+
+
+def host_group(group: Optional[object] = None) -> Optional[object]:
+    """A gloo process group over the ranks of ``group``, for small CPU
+    tensors (decisions all ranks take together) that must not wait for a
+    device: ``group`` itself when its backend is gloo, else a gloo group
+    created on the first call and kept (every rank must make that first
+    call, as for any group creation).
+
+    Example:
+        >>> from mmstats.dist import host_group
+        >>> host_group() is None  # not distributed: the default group
+        True
+    """
+    if not is_distributed() or dist.get_backend(group) == 'gloo':
+        return group
+    if group not in _HOST_GROUPS:
+        ranks = None if group is None else dist.get_process_group_ranks(group)
+        _HOST_GROUPS[group] = dist.new_group(ranks=ranks, backend='gloo')
+    return _HOST_GROUPS[group]

@@ -159,23 +159,24 @@ class FullTensorRecorder(Hook):
             return self._read(grads)
 
     def _read_zero(self, with_grads: bool):
-        """DeepSpeed: full gradients by ``safe_get_full_grad`` (collective
-        under ZeRO-1/2: every rank, same order), full values gathered."""
-        import deepspeed
-        from deepspeed.utils import safe_get_full_grad
+        """DeepSpeed: full gradients and values by ``safe_get_full_grad`` /
+        ``safe_get_full_fp32_param`` (collectives: every rank calls them in
+        the same order; fp32 training, so the master weights are the
+        model's)."""
+        from deepspeed.utils import (safe_get_full_fp32_param,
+                                     safe_get_full_grad)
         params = list(self.root.parameters())
+        values = {id(p): safe_get_full_fp32_param(p) for p in params}
         grads = {
             id(p): safe_get_full_grad(p) if with_grads else None
             for p in params
         }
-        with deepspeed.zero.GatheredParameters(params):
-            out = {}
-            for name, module in list(self.targets.items()) + [('', None)]:
-                mine = list((module or self.root).parameters())
-                out[name] = ([_full(p) for p in mine], [
-                    _full(grads[id(p)]) for p in mine
-                    if grads[id(p)] is not None
-                ])
+        out = {}
+        for name, module in list(self.targets.items()) + [('', None)]:
+            mine = list((module or self.root).parameters())
+            out[name] = ([_full(values[id(p)]) for p in mine], [
+                _full(grads[id(p)]) for p in mine if grads[id(p)] is not None
+            ])
         return out
 
     def _read(self, flat_grads=None):

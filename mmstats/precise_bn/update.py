@@ -16,7 +16,7 @@ from mmengine.logging import print_log
 from mmengine.utils import ProgressBar
 from torch import Tensor, nn
 
-from mmstats.dist import get_rank, get_world_size
+from mmstats.dist import get_rank, get_world_size, host_group
 from mmstats.sharding import forward_modules, is_sharded, reshard
 from mmstats.stats import suspend_reporting
 from mmstats.utils.args import check_choice, check_positive_int
@@ -67,10 +67,11 @@ class _Batches:
     this rank.
 
     With a sharded model every forward is a collective, so every rank must
-    run the same forwards: before each one the ranks agree (one MIN
-    all_reduce of four flags) on whether to go on, to stop (some rank ran
-    out of data or failed preparing its batch) or to skip the batch on all
-    ranks (some rank holds a single sample: BatchNorm refuses it).
+    run the same forwards: before each one the ranks agree (:class:`
+    _Agreement`, reduced while the previous forward runs) on whether to go
+    on, to stop (some rank ran out of data or failed preparing its batch)
+    or to skip the batch on all ranks (some rank holds a single sample:
+    BatchNorm refuses it).
     """
 
     def __init__(self, model: nn.Module, base: nn.Module, recorder: BNRecorder,
@@ -81,6 +82,8 @@ class _Batches:
         self.sharded, self.group, self.logger = sharded, group, logger
         self.device = recorder.groups[0].device
         self.seen = self.batches = 0
+        self.flags_group = host_group(group) if sharded else None
+        self._next: Optional[_Agreement] = None  # the next batch's
 
     def run(self, loader: Iterable, progress: bool) -> Optional[BaseException]:
         """Forward the batches of ``loader``; return the exception that
@@ -138,44 +141,75 @@ class _Batches:
                 self._skipped(str(e))
                 return 0
             return self._used(size)
-        # sharded: decide together, then forward on every rank or none
-        wants = self.seen < self.target
-        have, error, size = True, None, 2
-        try:
-            batch = next(iterator)
-            with self.context():
-                args, kwargs, size = prepare_batch(self.base, batch,
-                                                   self.device)
-        except StopIteration:
-            have = False
-        except Exception as exc:  # agreed on below, raised after
-            error = exc
-        flags = torch.tensor([have, error is None, -float(wants), size >= 2],
-                             dtype=torch.float64,
-                             device=self.device)
-        all_reduce(flags, op='min', group=self.group)
-        all_have, all_ok, anyone_wants, big_enough = flags.tolist()
+        # sharded: decide together (the agreement on the next batch runs
+        # during this batch's forward), then forward on every rank or none
+        if self._next is None:
+            self._next = _Agreement(self, iterator, self.seen)
+        current = self._next
+        self._next = None
+        all_have, all_ok, anyone_wants, big_enough = current.decision()
         if not all_ok:
-            raise error if error is not None else RuntimeError(
-                'update_bn_stats: preparing a batch failed on another rank')
+            raise current.error if current.error is not None else \
+                RuntimeError('update_bn_stats: preparing a batch failed on '
+                             'another rank')
         if anyone_wants == 0:
             return None
         if not all_have:
-            if not have:
+            if not current.have:
                 self._ran_out()
             return None
+        used = current.size if big_enough else 0
+        self._next = _Agreement(self, iterator, self.seen + used)
         if not big_enough:
             self._skipped('a batch of one sample on some rank: skipped on '
                           'every rank of the sharded model')
             return 0
         with self.context():
-            self.model(*args, **kwargs)
-        return self._used(size)
+            self.model(*current.args, **current.kwargs)
+        return self._used(current.size)
 
     def _used(self, size: int) -> int:
         self.recorder.accumulate()
         self.seen, self.batches = self.seen + size, self.batches + 1
         return size
+
+
+class _Agreement:
+    """The next batch of a sharded model's precise BN, prepared, and the
+    ranks' agreement on it in flight: one asynchronous MIN all_reduce of
+    four CPU flags (on a gloo group: no device sync) over (this rank has a
+    batch, prepared it without error, still wants samples, the batch has
+    at least two samples)."""
+
+    def __init__(self, feeder: '_Batches', iterator: Iterator,
+                 seen: int) -> None:
+        self.have, self.error, self.size = True, None, 2
+        self.args: tuple = ()
+        self.kwargs: dict = {}
+        wants = seen < feeder.target
+        try:
+            batch = next(iterator)
+            with feeder.context():
+                self.args, self.kwargs, self.size = prepare_batch(
+                    feeder.base, batch, feeder.device)
+        except StopIteration:
+            self.have = False
+        except Exception as exc:  # agreed on, raised after
+            self.error = exc
+        self.flags = torch.tensor(
+            [self.have, self.error is None, -float(wants), self.size >= 2],
+            dtype=torch.float64)
+        self.work = torch.distributed.all_reduce(
+            self.flags,
+            op=torch.distributed.ReduceOp.MIN,
+            group=feeder.flags_group,
+            async_op=True)
+
+    def decision(self) -> List[float]:
+        """Wait for the agreement: ``[every rank has a batch, no rank
+        failed, -(some rank wants more), every batch has >= 2 samples]``."""
+        self.work.wait()
+        return self.flags.tolist()
 
 
 def _reduce(recorder: BNRecorder, meta: Tensor, group: Any) -> None:
