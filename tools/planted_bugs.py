@@ -156,7 +156,7 @@ BUGS = [
     Bug('S2', 'precise BN runs the unwrapped FSDP1 module (its 1-D shards)',
         'mmstats/sharding.py',
         'while not isinstance(outer, FullyShardedDataParallel) and (',
-        'while (', ('tests/test_precise_bn/test_sharded.py', )),
+        'while (', ('tests/test_sharded.py', )),
     Bug('S3', 'precise BN forwards a sharded model without agreeing',
         'mmstats/precise_bn/update.py',
         'sharded = is_sharded(model) and get_world_size(group) > 1',

@@ -45,11 +45,15 @@ class ModuleStatsHook(Hook):
       recomputation in the backward pass is not counted again);
     - ``<prefix>/<name>/grad_norm``: the L2 norm of the gradients of the
       module's parameters (recursively) that have one, right before the
-      optimizer updates them (after DDP's reduction and AMP unscaling);
+      optimizer updates them (after DDP's / FSDP's reduction and AMP
+      unscaling, before clipping);
     - ``<prefix>/<name>/weight_norm``: the L2 norm of its parameters at the
       end of the iteration;
     - ``<prefix>/<name>/update_ratio``: ``||w_after - w_before|| /
       ||w_before||`` over the parameters that have a gradient;
+    - ``<prefix>/total_grad_norm`` (with ``grad_norm``): the L2 norm of the
+      gradients of every parameter the optimizer updates, before clipping
+      (``.<key>`` per optimizer of an ``OptimWrapperDict``);
     - ``<prefix>/amp_skipped_steps`` (with an ``AmpOptimWrapper``): how
       many optimizer steps the GradScaler skipped (non-finite gradients)
       since the previous publication;
@@ -63,8 +67,11 @@ class ModuleStatsHook(Hook):
     (the gradient side: on the last optimizer step up to it). Arming never
     recompiles a compiled ``train_step``. Frozen modules get no
     ``grad_norm``/``update_ratio``; a step the GradScaler skips gives none
-    either. See ``docs/module_stats.md`` (schedule, compile, AMP,
-    checkpointing, cost).
+    either. Under sharded training (FSDP1, FSDP2, DeepSpeed ZeRO-1/2/3) the
+    norms are those of the full tensors: each rank's sums of squares of
+    the parts it holds, SUM-reduced in one all_reduce per instrumented step
+    (``docs/sharding.md``). See ``docs/module_stats.md`` (schedule, compile,
+    AMP, checkpointing, cost).
 
     Args:
         modules (str): Regular expression matched (``re.fullmatch``) against
