@@ -117,26 +117,29 @@ def _reduce_bucket(bucket: List[Tensor], world_size: int,
         torch.split_with_sizes_copy(flat, sizes, out=dests)
 
 
-#: process group (None: the default one) -> a gloo group over its ranks;
+#: process group -> a gloo group of its own over its ranks;
 #: filled by host_group, the only writer
 _HOST_GROUPS: Dict[Optional[object], object] = {}
 
 
 def host_group(group: Optional[object] = None) -> Optional[object]:
-    """A gloo process group over the ranks of ``group``, for small CPU
-    tensors (decisions all ranks take together) that must not wait for a
-    device: ``group`` itself when its backend is gloo, else a gloo group
-    created on the first call and kept (every rank must make that first
-    call, as for any group creation).
+    """A gloo process group of its own over the ranks of ``group``, for
+    small CPU tensors (decisions all ranks take together): no device sync,
+    and its collectives never queue behind (or hold up) the ones ``group``
+    runs meanwhile, e.g. FSDP's all-gathers. Created on the first call for
+    ``group`` and kept (every rank of the default group must make that
+    first call, as for any group creation).
 
     Example:
         >>> from mmstats.dist import host_group
         >>> host_group() is None  # not distributed: the default group
         True
     """
-    if not is_distributed() or dist.get_backend(group) == 'gloo':
+    if not is_distributed():
         return group
-    if group not in _HOST_GROUPS:
-        ranks = None if group is None else dist.get_process_group_ranks(group)
-        _HOST_GROUPS[group] = dist.new_group(ranks=ranks, backend='gloo')
-    return _HOST_GROUPS[group]
+    key = dist.group.WORLD if group is None else group  # a new default
+    if key not in _HOST_GROUPS:  # group (re-initialised) gets a new one
+        ranks = None if group is None else dist.get_process_group_ranks(
+            group)
+        _HOST_GROUPS[key] = dist.new_group(ranks=ranks, backend='gloo')
+    return _HOST_GROUPS[key]

@@ -13,8 +13,10 @@ sharded case a
 module wholly on one rank's shard, a parameter that straddles the shard
 boundary and a rank whose shard of some module is empty: FSDP1's one flat
 parameter puts the stem on rank 0, the head on rank 1 and cuts
-``backbone.layer1.0.weight`` in two; FSDP2 shards every parameter on dim 0,
-so the one-element temperature is empty on rank 1.
+``backbone.layer1.0.weight`` in two; FSDP2 shards every parameter on dim 0
+(each straddles), and ``head.scale``'s one-element temperature lies wholly
+on one rank under FSDP2 and ZeRO-3 (rank 0) and FSDP1 and ZeRO-1/2 (rank
+1), empty on the other.
 
 Every published number is checked against a float64 recomputation from the
 *full* tensors, gathered by FSDP itself (``summon_full_params``,
@@ -44,22 +46,34 @@ MAX_ITERS = 4
 INTERVAL = 2
 PUBLISHED = (2, 4)
 SAMPLES = 64
-TARGETS = ('backbone.stem', 'backbone.layer1', 'backbone.layer1.0', 'head')
-MODULES = r'backbone\.(stem|layer1(\.0)?)|head'
+TARGETS = ('backbone.stem', 'backbone.layer1', 'backbone.layer1.0', 'head',
+           'head.scale')
+MODULES = r'backbone\.(stem|layer1(\.0)?)|head(\.scale)?'
 BN_NAMES = r'backbone\.(stem\.bn|layer1\.1)'  # fp32 under bf16 (CPU BN)
 
 
+class Temperature(nn.Module):
+    """Divides by a learned one-element temperature: a module wholly on one
+    rank's shard, empty on the other, under every sharding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.temperature = nn.Parameter(torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / self.temperature
+
+
 class ScaledHead(nn.Module):
-    """A linear head whose logits are divided by a learned temperature
-    (a one-element parameter: empty on one rank under FSDP2)."""
+    """A linear head whose logits are divided by a learned temperature."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.fc = nn.Linear(channels, 10)
-        self.temperature = nn.Parameter(torch.ones(1))
+        self.scale = Temperature()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x) / self.temperature
+        return self.scale(self.fc(x))
 
 
 @MODELS.register_module(force=True)
