@@ -83,6 +83,7 @@ class _Batches:
         self.device = recorder.groups[0].device
         self.seen = self.batches = 0
         self.flags_group = host_group(group) if sharded else None
+        self.abandoned = False  # process groups destroyed after a failure
         self._next: Optional[_Agreement] = None  # the next batch's
 
     def run(self, loader: Iterable, progress: bool) -> Optional[BaseException]:
@@ -147,7 +148,10 @@ class _Batches:
             self._next = _Agreement(self, iterator, self.seen)
         current = self._next
         self._next = None
-        all_have, all_ok, anyone_wants, big_enough = current.decision()
+        try:  # fails when another rank abandoned its groups
+            all_have, all_ok, anyone_wants, big_enough = current.decision()
+        except Exception as exc:
+            self._abandon(exc)
         if not all_ok:
             raise current.error if current.error is not None else \
                 RuntimeError('update_bn_stats: preparing a batch failed on '
@@ -164,9 +168,26 @@ class _Batches:
             self._skipped('a batch of one sample on some rank: skipped on '
                           'every rank of the sharded model')
             return 0
-        with self.context():
-            self.model(*current.args, **current.kwargs)
+        try:
+            with self.context():
+                self.model(*current.args, **current.kwargs)
+        except Exception as exc:
+            self._abandon(exc)
         return self._used(current.size)
+
+    def _abandon(self, exc: Exception) -> None:
+        """A sharded forward failed on this rank, or on another one (this
+        rank then fails in FSDP's collective). The ranks can no longer
+        agree: tear the process groups down so that no rank waits in a
+        collective forever (gloo's peers fail at once with "Connection
+        closed by peer"), and raise."""
+        self.abandoned = True
+        torch.distributed.destroy_process_group()
+        raise RuntimeError(
+            'update_bn_stats: a forward of the sharded model failed (on this '
+            'rank, or on another rank while this one was gathering shards); '
+            'the process groups were destroyed so that no rank hangs in a '
+            f'collective; BN statistics were left unchanged: {exc!r}') from exc
 
     def _used(self, size: int) -> int:
         self.recorder.accumulate()
@@ -380,6 +401,8 @@ def update_bn_stats(model: nn.Module,
                               forward_context or nullcontext, sharded, group,
                               logger or 'current')
             error = feeder.run(data_loader, progress)
+            if feeder.abandoned:  # no group left to agree over
+                raise error
             seen, batches = feeder.seen, feeder.batches
             recorder.fold()
             meta = torch.tensor([float(error is not None), seen, batches],

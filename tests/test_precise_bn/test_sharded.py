@@ -70,8 +70,14 @@ def _batches(rank: int, sizes) -> list:
 
 CASES = {
     # rank -> batch sizes; which batches (by position) every rank uses
-    'uneven': ({0: [6, 6, 6], 1: [6, 6]}, [0, 1]),
-    'one_sample': ({0: [6, 6, 6], 1: [6, 1, 6]}, [0, 2]),
+    'uneven': ({
+        0: [6, 6, 6],
+        1: [6, 6]
+    }, [0, 1]),
+    'one_sample': ({
+        0: [6, 6, 6],
+        1: [6, 1, 6]
+    }, [0, 2]),
 }
 
 
@@ -135,3 +141,78 @@ def test_a_batch_failing_on_one_rank_raises_everywhere(kind):
     assert 'another rank' in results[0][1]
     assert results[1][0] == 'TypeError'
     assert 'plain nn.Module' in results[1][1]
+
+
+class _Bomb(nn.Module):
+    """Raises on its second call on rank 1 (inside a sharded forward)."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank, self.calls = rank, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.rank == 1 and self.calls == 2:
+            raise RuntimeError('bomb went off')
+        return x
+
+
+def _worker_bomb(rank, port, kind, results):
+    import os
+
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', rank=rank, world_size=2)
+    model = _Net()
+    model.block1.add_module('bomb', _Bomb(rank))
+    model.block1.forward = lambda x, b=model.block1: b.bomb(
+        torch.relu(b.bn(b.conv(x))))
+    sharded = _shard(model, kind)
+    inner = sharded.module if kind == 'fsdp' else sharded
+    before = _stats(inner)
+    try:
+        update_bn_stats(
+            sharded, _batches(rank, [6, 6, 6]), 10**6, progress=False)
+    except Exception as exc:  # noqa: BLE001
+        after = _stats(inner)
+        unchanged = all(np.array_equal(before[k], after[k]) for k in before)
+        results.put((rank, type(exc).__name__, str(exc), unchanged,
+                     dist.is_initialized()))
+    else:
+        results.put((rank, None, '', True, dist.is_initialized()))
+
+
+@pytest.mark.parametrize('kind', ['fsdp', 'fsdp2'])
+def test_a_forward_failing_on_one_rank_raises_everywhere(kind):
+    """Inside a sharded forward the ranks cannot agree any more: the
+    failing rank (and every rank whose forward then fails) destroys the
+    process groups, so the others fail at once instead of waiting in
+    FSDP's all-gather until the group's timeout. Own processes: the
+    groups do not survive."""
+    import torch.multiprocessing as mp
+
+    from tests.helpers.dist import free_port
+    ctx = mp.get_context('spawn')
+    results = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=_worker_bomb, args=(rank, port, kind, results))
+        for rank in (0, 1)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        got = dict(
+            (r[0], r[1:]) for r in (results.get(timeout=240) for _ in procs))
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    for rank in (0, 1):
+        name, message, unchanged, initialised = got[rank]
+        assert name == 'RuntimeError', (rank, message)
+        assert 'a forward of the sharded model failed' in message
+        assert unchanged and not initialised
+    assert 'bomb went off' in got[1][1]
