@@ -139,7 +139,6 @@ def host_group(group: Optional[object] = None) -> Optional[object]:
         return group
     key = dist.group.WORLD if group is None else group  # a new default
     if key not in _HOST_GROUPS:  # group (re-initialised) gets a new one
-        ranks = None if group is None else dist.get_process_group_ranks(
-            group)
+        ranks = None if group is None else dist.get_process_group_ranks(group)
         _HOST_GROUPS[key] = dist.new_group(ranks=ranks, backend='gloo')
     return _HOST_GROUPS[key]

@@ -290,8 +290,9 @@ def _sharded_state(model) -> list:
 
 
 def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
-    import mmstats.hooks.module_stats_hook as module_stats_hook
     from mmengine.runner import FlexibleRunner
+
+    import mmstats.hooks.module_stats_hook as module_stats_hook
     torch.manual_seed(rank)
     cfg = toy_cfg(
         f'{work_dir}/r{rank}',

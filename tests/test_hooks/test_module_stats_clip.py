@@ -21,8 +21,7 @@ def test_gradient_statistics_are_taken_before_clipping(tmp_path,
     cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     cfg.train_cfg.pop('val_interval', None)
     cfg.optim_wrapper = dict(
-        optimizer=dict(type='SGD', lr=0.1),
-        clip_grad=dict(max_norm=MAX_NORM))
+        optimizer=dict(type='SGD', lr=0.1), clip_grad=dict(max_norm=MAX_NORM))
     cfg.custom_hooks = [
         dict(
             type='mmstats.StatsCollectorHook',
