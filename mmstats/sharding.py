@@ -90,6 +90,7 @@ def _dtensor_part(module: nn.Module, param: Tensor) -> ParamPart:
     """An FSDP2 (DTensor) parameter: its local part, or an empty one where
     this rank holds a replica of another rank's part."""
     mesh = param.device_mesh
+    _check_spans_world(mesh.size(), 'an FSDP2 device mesh')
     for dim, placement in enumerate(param.placements):
         if placement.is_partial():
             raise ValueError('mmstats: a parameter with a Partial DTensor '
@@ -107,6 +108,18 @@ def _dtensor_part(module: nn.Module, param: Tensor) -> ParamPart:
         param,
         lambda p=param: p.detach().to_local(),
         grad)
+
+
+def _check_spans_world(size: int, what: str) -> None:
+    """The parts are summed over the default group: a shard group smaller
+    than the world (pipeline stages with meshes of their own) would add
+    other stages' parameters."""
+    from mmengine.dist import get_world_size
+    if size != get_world_size():
+        raise ValueError(
+            f'mmstats: {what} spans {size} of {get_world_size()} ranks; '
+            'sharding over a subset of the ranks (e.g. pipeline stages) is '
+            'not supported')
 
 
 def _slice(source: Callable[[], Optional[Tensor]], start: int,
@@ -132,6 +145,7 @@ def _fsdp1_parts(unit: nn.Module, rank: int, seen: set) -> List[ParamPart]:
             'mmstats: FSDP sharding_strategy=HYBRID_SHARD is not supported '
             '(parameters replicated across nodes and sharded within them); '
             'use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD')
+    _check_spans_world(unit.process_group.size(), "an FSDP unit's group")
     counted = handle.uses_sharded_strategy or rank == 0
     originals = flat._params or [None] * len(flat._param_infos)
     parts = []
