@@ -303,7 +303,11 @@ def update_bn_stats(model: nn.Module,
     ``docs/precise_bn.md``.
 
     Args:
-        model (nn.Module): The model (may be wrapped in DDP/MMDDP).
+        model (nn.Module): The model (may be wrapped in DDP/MMDDP), or a
+            sharded one (FSDP1, FSDP2, DeepSpeed ZeRO-3, mmengine's wrappers
+            of them): its forwards then run through the sharding, the ranks
+            agreeing before every batch, and it is left as sharded as it
+            was (``docs/sharding.md``).
         data_loader (Iterable): Yields batches; ``iter()`` is called once.
             A ``BaseModel`` gets ``data_preprocessor(batch, False)`` and
             ``mode='tensor'``; a plain module a tensor, ``batch[0]`` or
@@ -337,7 +341,10 @@ def update_bn_stats(model: nn.Module,
             BN layer, or no batch at all on any rank.
         TypeError: ``progress`` is not a bool or ``forward_context`` is not
             callable.
-        RuntimeError: A forward failed on another rank.
+        RuntimeError: A forward failed on another rank; or, with a sharded
+            model, a forward failed inside the model on some rank: the
+            process groups are then destroyed, so that no rank waits
+            forever in a collective.
 
     Example:
         >>> import torch
