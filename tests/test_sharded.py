@@ -6,7 +6,9 @@ wrapping (``use_orig_params=True``), with ``use_orig_params=False`` and
 with activation checkpointing; FSDP2 ``fully_shard`` per block and at the
 root (``mmstats.FullyShard``), once with a
 ``MixedPrecisionPolicy(param_dtype=torch.bfloat16)`` and once with
-``compile=True``; ``DeepSpeedStrategy`` with ZeRO 1, 2 and 3 (skipped
+``compile=True``, and as HSDP (``replicas=2``: a 2-D mesh whose
+``Replicate`` dimension is counted on its first coordinate only);
+``DeepSpeedStrategy`` with ZeRO 1, 2 and 3 (skipped
 where DeepSpeed is not installed). The model (a Conv-BN stem, a Conv-BN
 layer and a linear head with a one-element temperature) gives every
 sharded case a
@@ -339,7 +341,8 @@ def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
                 type='mmstats.FullyShard',
                 blocks=r'backbone\.(stem|layer1)|head',
                 **(dict(param_dtype='bfloat16', fp32_modules=BN_NAMES)
-                   if strategy == 'fsdp2_bf16' else {})))
+                   if strategy == 'fsdp2_bf16' else {}),
+                **(dict(replicas=2) if strategy == 'fsdp2_hsdp' else {})))
     else:
         cfg.strategy = dict(
             type='FSDPStrategy',
@@ -458,6 +461,7 @@ CELLS = [
     ('fsdp2', False, False),
     ('fsdp2_bf16', False, False),
     ('fsdp2', True, False),
+    ('fsdp2_hsdp', False, False),
     ('zero1', False, False),
     ('zero2', False, False),
     ('zero3', False, False),

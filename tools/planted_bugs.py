@@ -175,6 +175,10 @@ BUGS = [
         'return p.detach().reshape(-1).narrow(0, address.start,',
         'return p.detach().reshape(-1).narrow(0, 0 * address.start,',
         ('tests/test_sharded.py', )),
+    Bug('S8', 'an HSDP replica counted on every replicate coordinate',
+        'mmstats/sharding.py',
+        'if placement.is_replicate() and mesh.get_local_rank(dim) != 0:',
+        'if False:', ('tests/test_sharded.py', )),
 ]
 
 

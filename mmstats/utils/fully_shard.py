@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from mmstats.registry import MODEL_WRAPPERS
-from .args import check_str, compile_regex
+from .args import check_positive_int, check_str, compile_regex
 
 __all__ = ['FullyShard']
 
@@ -29,6 +29,20 @@ def _dtype(owner: str, name: str, value: Optional[str]) -> Any:
         raise ValueError(f"{owner}: {name} must name a floating torch dtype "
                          f"(e.g. {name}='bfloat16'), got {value!r}")
     return dtype
+
+
+def _hsdp_mesh(owner: str, module: nn.Module, replicas: int) -> Any:
+    """A 2-D ``('replicate', 'shard')`` device mesh: HSDP."""
+    from mmengine.dist import get_world_size
+    from torch.distributed.device_mesh import init_device_mesh
+    world = get_world_size()
+    if world % replicas:
+        raise ValueError(f'{owner}: replicas={replicas} must divide the '
+                         f'world size {world}')
+    device = next(module.parameters()).device.type
+    return init_device_mesh(
+        device, (replicas, world // replicas),
+        mesh_dim_names=('replicate', 'shard'))
 
 
 @MODEL_WRAPPERS.register_module()
@@ -53,6 +67,9 @@ class FullyShard:
             in float32 under ``param_dtype`` (their own units, inputs cast),
             e.g. ``'.*bn.*'`` for CPU BatchNorm, which takes one dtype.
             Defaults to None.
+        replicas (int): HSDP: shard over ``world_size / replicas`` ranks
+            and replicate over ``replicas`` groups of them (a 2-D device
+            mesh). Defaults to 1 (FSDP over every rank).
         **strategy_args: What the strategy adds for DDP (``device_ids``...);
             ignored.
 
@@ -71,6 +88,7 @@ class FullyShard:
                 param_dtype: Optional[str] = None,
                 reduce_dtype: Optional[str] = None,
                 fp32_modules: Optional[str] = None,
+                replicas: int = 1,
                 **strategy_args: Any) -> nn.Module:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         owner = 'FullyShard'
@@ -78,6 +96,8 @@ class FullyShard:
         keep = None if fp32_modules is None else compile_regex(
             owner, 'fp32_modules', fp32_modules)
         kwargs = {}
+        if check_positive_int(owner, 'replicas', replicas, example=2) > 1:
+            kwargs['mesh'] = _hsdp_mesh(owner, module, replicas)
         if param_dtype is not None or reduce_dtype is not None:
             kwargs['mp_policy'] = MixedPrecisionPolicy(
                 param_dtype=_dtype(owner, 'param_dtype', param_dtype),
@@ -88,7 +108,13 @@ class FullyShard:
                 param_dtype=torch.float32, cast_forward_inputs=True)
             for _, sub in reversed([(n, m) for n, m in named
                                     if keep.fullmatch(n)]):
-                fully_shard(sub, mp_policy=fp32)
+                fully_shard(
+                    sub,
+                    mp_policy=fp32,
+                    **{
+                        k: v
+                        for k, v in kwargs.items() if k == 'mesh'
+                    })
         matched = [m for n, m in named if pattern.fullmatch(n)]
         if not matched:
             raise ValueError(
