@@ -28,6 +28,7 @@ iterations 2 and 4; the optimizer steps every iteration).
 """
 import functools
 import importlib.util
+import math
 import os
 
 import numpy as np
@@ -215,6 +216,20 @@ class FullTensorRecorder(Hook):
 
     def _post(self, runner) -> None:
         self.steps[runner.iter]['after'] = self._gathered(grads=False)
+        if self.zero:
+            self._poison_padding()
+
+    def _poison_padding(self) -> None:
+        """ZeRO-3 pads each partition to the same size: fill the padding
+        with NaN (no forward reads it), so a statistic that counted it
+        would be NaN, whatever the padding happened to hold."""
+        import torch.distributed as dist
+        for p in self.root.parameters():
+            if not hasattr(p, 'ds_tensor'):
+                continue
+            flat = p.ds_tensor.data.view(-1)
+            start = flat.numel() * dist.get_rank(p.ds_process_group)
+            flat[max(0, min(flat.numel(), p.ds_numel - start)):] = math.nan
 
     def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
         self.recording = True
