@@ -15,7 +15,7 @@ from torch._utils import _flatten_dense_tensors
 
 __all__ = [
     'is_distributed', 'get_world_size', 'get_rank', 'scaled_all_reduce',
-    'host_group'
+    'sum_all_reduce', 'host_group'
 ]
 
 
@@ -73,39 +73,67 @@ def scaled_all_reduce(tensors: Sequence[Tensor],
     tensors = list(tensors)
     try:
         dtypes = {tensor.dtype for tensor in tensors}
-        devices = {tensor.get_device() for tensor in tensors}  # -1: CPU
     except AttributeError:  # not a tensor
         _check_floating(tensors)
         raise
     if any(not (dtype.is_floating_point or dtype.is_complex)
            for dtype in dtypes):
         _check_floating(tensors)  # raises, naming the position
+    return _coalesced_sum(tensors, group, average=True)
+
+
+@torch.no_grad()
+def sum_all_reduce(tensors: Sequence[Tensor],
+                   group: Optional[object] = None) -> List[Tensor]:
+    """Sum tensors in place over the processes of ``group``: the coalesced
+    buckets of :func:`scaled_all_reduce`, without the division (any dtype
+    that all_reduce can sum). Every rank must call it with the same
+    tensors' shapes, dtypes and device types in the same order.
+
+    Example:
+        >>> import torch
+        >>> from mmstats.dist import sum_all_reduce
+        >>> sums = [torch.ones(3, dtype=torch.float64)]
+        >>> sum_all_reduce(sums)[0] is sums[0]  # every rank calls it
+        True
+    """
+    return _coalesced_sum(list(tensors), group, average=False)
+
+
+def _coalesced_sum(tensors: List[Tensor], group: Optional[object],
+                   average: bool) -> List[Tensor]:
+    """One all_reduce SUM per (device, dtype) bucket, in a fixed order;
+    divided by the world size if ``average``."""
     world_size = get_world_size(group)
     if world_size == 1 or not tensors:
         return tensors
-    if len(dtypes) == 1 and len(devices) == 1:  # common: no grouping
-        _reduce_bucket(tensors, world_size, group)
+    divisor = world_size if average else None
+    if len({(t.device, t.dtype) for t in tensors}) == 1:  # no grouping
+        _reduce_bucket(tensors, divisor, group)
         return tensors
     buckets: Dict[tuple, List[Tensor]] = {}
     for tensor in tensors:
         buckets.setdefault((tensor.device, tensor.dtype), []).append(tensor)
     for key in sorted(buckets, key=lambda k: (str(k[0]), str(k[1]))):
-        _reduce_bucket(buckets[key], world_size, group)
+        _reduce_bucket(buckets[key], divisor, group)
     return tensors
 
 
-def _reduce_bucket(bucket: List[Tensor], world_size: int,
+def _reduce_bucket(bucket: List[Tensor], divisor: Optional[int],
                    group: Optional[object]) -> None:
-    """Sum one (device, dtype) bucket with one all_reduce, then average."""
+    """Sum one (device, dtype) bucket with one all_reduce, then divide by
+    ``divisor`` (None: keep the sum)."""
     if len(bucket) == 1 and bucket[0].is_contiguous():
         dist.all_reduce(bucket[0], op=dist.ReduceOp.SUM, group=group)
-        bucket[0].div_(world_size)
+        if divisor is not None:
+            bucket[0].div_(divisor)
         return
     one_dim = all(t.dim() == 1 for t in bucket)
     # cat of 1-D tensors is ~3x cheaper than the generic flatten
     flat = torch.cat(bucket) if one_dim else _flatten_dense_tensors(bucket)
     dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
-    flat.div_(world_size)
+    if divisor is not None:
+        flat.div_(divisor)
     sizes = [t.numel() for t in bucket]
     try:  # 1-D destinations sharing the tensors' memory
         dests = bucket if one_dim else [t.view(-1) for t in bucket]

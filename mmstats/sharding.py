@@ -25,10 +25,12 @@ Which layouts are read, and how (``docs/sharding.md``):
 - DeepSpeed ZeRO-3: each parameter's partition ``ds_tensor`` (and
   ``safe_get_local_grad``), without the padding.
 """
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
+
+from mmstats.dist import get_rank, get_world_size
 
 __all__ = [
     'ParamPart', 'ParamLayout', 'sum_squares', 'is_sharded', 'forward_modules',
@@ -114,7 +116,6 @@ def _check_spans_world(size: int, what: str) -> None:
     """The parts are summed over the default group: a shard group smaller
     than the world (pipeline stages with meshes of their own) would add
     other stages' parameters."""
-    from mmengine.dist import get_world_size
     if size != get_world_size():
         raise ValueError(
             f'mmstats: {what} spans {size} of {get_world_size()} ranks; '
@@ -197,7 +198,7 @@ def _zero3_part(module: nn.Module, param: Tensor) -> ParamPart:
 
     def size(p=param) -> int:
         part = p.ds_tensor.numel()  # partitions are contiguous, by rank
-        start = part * _rank(p.ds_process_group)
+        start = part * get_rank(p.ds_process_group)
         return max(0, min(part, p.ds_numel - start))
 
     def weight(p=param) -> Tensor:
@@ -236,11 +237,6 @@ def _zero12_part(module: nn.Module, param: Tensor) -> ParamPart:
     return ParamPart(module, param.requires_grad, param, weight, grad)
 
 
-def _rank(group: Any = None) -> int:
-    from mmengine.dist import get_rank
-    return get_rank(group)
-
-
 class ParamLayout:
     """The local parts of every parameter of ``model``, each element
     counted on exactly one rank.
@@ -272,11 +268,10 @@ class ParamLayout:
     """
 
     def __init__(self, model: nn.Module) -> None:
-        from mmengine.dist import get_rank
         from torch.distributed.fsdp import FullyShardedDataParallel
+        from torch.distributed.tensor import DTensor
         if not isinstance(model, nn.Module):  # mmengine's DeepSpeed wrapper
             model = model.module
-        from torch.distributed.tensor import DTensor
         rank = get_rank()
         seen: set = set()
         parts: List[ParamPart] = []
@@ -326,25 +321,39 @@ class ParamLayout:
         }
 
 
-def sum_squares(tensors: Sequence[Tensor], segments: Sequence[int],
+def sum_squares(tensors: Sequence[Tensor],
+                segments: Sequence[Union[int, Sequence[int]]],
                 num_segments: int, device: torch.device) -> Tensor:
     """Per segment, the float64 sum of the squares of the elements of its
-    tensors (``segments[i]`` is the segment of ``tensors[i]``); 0 for an
-    empty segment; no host sync.
+    tensors; 0 for an empty segment; no host sync. ``segments[i]`` is the
+    segment of ``tensors[i]``, or the segments (a tensor inside nested
+    modules counts in each, its norm computed once).
 
     Example:
         >>> import torch
-        >>> sum_squares([torch.ones(3), torch.full((2,), 2.)], [1, 1], 2,
-        ...             torch.device('cpu'))
-        tensor([ 0., 11.], dtype=torch.float64)
+        >>> out = sum_squares([torch.ones(3), torch.full((2,), 2.)],
+        ...                   [1, (0, 1)], 2, torch.device('cpu'))
+        >>> [round(x, 9) for x in out.tolist()]  # 0: 4 + 4; 1: 1 + 1 + 1 + 8
+        [8.0, 11.0]
     """
     out = torch.zeros(num_segments, dtype=torch.float64, device=device)
     if not tensors:
         return out
-    norms = torch.stack(
-        torch._foreach_norm(list(tensors), 2, dtype=torch.float64))
-    index = torch.tensor(list(segments), device=norms.device)
-    return out.index_add_(0, index, norms.square())
+    squares = torch.stack(
+        torch._foreach_norm(list(tensors), 2, dtype=torch.float64)).square()
+    if all(isinstance(s, int) for s in segments):
+        index = list(segments)
+    else:
+        rows = [
+            i for i, s in enumerate(segments)
+            for _ in ((s, ) if isinstance(s, int) else s)
+        ]
+        squares = squares[torch.tensor(rows, device=squares.device)]
+        index = [
+            t for s in segments for t in ((s, ) if isinstance(s, int) else s)
+        ]
+    return out.index_add_(0, torch.tensor(index, device=squares.device),
+                          squares)
 
 
 def is_sharded(model: nn.Module) -> bool:

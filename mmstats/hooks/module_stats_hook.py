@@ -129,7 +129,7 @@ class ModuleStatsHook(Hook):
         self._steps: List[StepProbe] = []
         self._totals: List[str] = []  # total_grad_norm name per probe
         self._layout: Optional[ParamLayout] = None
-        self._weights: List[tuple] = []  # (segment, part) of every target
+        self._weights: List[tuple] = []  # (segments, part) in the targets
         self._device = torch.device('cpu')
         self._publishes = False
         self._skipped = 0
@@ -172,9 +172,8 @@ class ModuleStatsHook(Hook):
                 level=30)
         self._layout = ParamLayout(runner.model)
         owners = self._layout.owners(list(self.targets.values()))
-        self._weights = [(segment, self._layout.parts[i])
-                         for i, segments in owners.items()
-                         for segment in segments]
+        self._weights = [(tuple(segments), self._layout.parts[i])
+                         for i, segments in owners.items()]
         self._device = next(model.parameters(), torch.zeros(0)).device
         if 'act' in self.stats:
             self._acts = ActivationProbes(self.targets, self.prefix)
@@ -192,7 +191,8 @@ class ModuleStatsHook(Hook):
                 })
         # segments: the targets, then one of every parameter (the total)
         total = len(self.targets)
-        parts = self._weights + [(total, part) for part in self._layout.parts]
+        parts = [(tuple(owners.get(i, ())) + (total, ), part)
+                 for i, part in enumerate(self._layout.parts)]
         self._steps, self._totals = [], []
         for key, wrapper in wrappers.items():
             if not isinstance(wrapper, OptimWrapper) and not _deepspeed(
@@ -299,7 +299,7 @@ class ModuleStatsHook(Hook):
         if 'weight_norm' in self.stats and self._weights:
             rows.append(
                 sum_squares([part.weight() for _, part in self._weights],
-                            [segment for segment, _ in self._weights],
+                            [segments for segments, _ in self._weights],
                             len(self.targets), self._device))
         if not rows:
             return
@@ -324,7 +324,10 @@ class ModuleStatsHook(Hook):
                            squares[UPDATE, segment] / squares[BEFORE, segment])
         if 'weight_norm' in self.stats and self._weights:
             weights = norms[len(taken) * size:]
-            for segment in sorted({s for s, _ in self._weights}):
+            for segment in sorted(
+                {s
+                 for segments, _ in self._weights
+                 for s in segments}):
                 report(f'{self.prefix}/{names[segment]}/weight_norm',
                        weights[segment])
 

@@ -43,8 +43,9 @@ class StepProbe:
 
     Args:
         optim_wrapper (OptimWrapper): The wrapper of the optimizer.
-        parts (list[tuple[int, ParamPart]]): ``(segment, part)`` for every
-            local parameter part in a segment; a part may be in several.
+        parts (list[tuple[tuple[int, ...], ParamPart]]): ``(segments,
+            part)``: every local parameter part once, with the segments it
+            counts in (nested modules, the total).
         num_segments (int): Number of segments.
         stats (Sequence[str]): Which of ``grad_norm`` and ``update_ratio``
             to take.
@@ -52,7 +53,8 @@ class StepProbe:
     """
 
     def __init__(self, optim_wrapper: OptimWrapper,
-                 parts: List[Tuple[int, ParamPart]], num_segments: int,
+                 parts: List[Tuple[Tuple[int, ...],
+                                   ParamPart]], num_segments: int,
                  stats: Sequence[str], device: torch.device) -> None:
         self.optim_wrapper = optim_wrapper
         optimizer = optim_wrapper.optimizer
@@ -67,7 +69,6 @@ class StepProbe:
             (s, p) for s, p in parts
             if p.trainable and (mine is None or id(p.optim_key) in mine)
         ]
-        self.segments = sorted({s for s, _ in self.parts})
         self.num_segments = num_segments
         self.device = device
         self.stats = [s for s in stats if s in ('grad_norm', 'update_ratio')]
@@ -143,13 +144,13 @@ class StepProbe:
 
     # -- the hooks ---------------------------------------------------------
     def _with_grad(self) -> List[Tuple[int, ParamPart, Tensor]]:
-        """``(segment, part, local gradient)`` of the parts that have a
+        """``(segments, part, local gradient)`` of the parts that have a
         gradient (a part whose parameter has none is left out)."""
         found = []
-        for segment, part in self.parts:
+        for segments, part in self.parts:
             grad = part.grad()
             if grad is not None:
-                found.append((segment, part, grad))
+                found.append((segments, part, grad))
         return found
 
     def _take_grads(self) -> Tuple[Tensor, list]:
@@ -187,9 +188,12 @@ class StepProbe:
         self.squares = torch.zeros(
             3, self.num_segments, dtype=torch.float64, device=self.device)
         self.squares[GRAD] = grads
-        self.present = sorted({segment for segment, _, _ in found})
+        self.present = sorted(
+            {s
+             for segments, _, _ in found
+             for s in segments})
         if 'update_ratio' in self.stats and found:  # copies of the weights
-            parts = [(segment, part) for segment, part, _ in found]
+            parts = [(segments, part) for segments, part, _ in found]
             self._before = (parts,
                             torch._foreach_mul(
                                 [part.weight() for _, part in parts], 1.0))
@@ -201,7 +205,7 @@ class StepProbe:
         start = time.perf_counter()
         (parts, before), self._before = self._before, None
         after = [part.weight() for _, part in parts]
-        segments = [segment for segment, _ in parts]
+        segments = [segments for segments, _ in parts]
         self.squares[UPDATE] = sum_squares(
             torch._foreach_sub(after, before), segments, self.num_segments,
             self.device)

@@ -9,10 +9,7 @@ from mmengine.model import BaseModel
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-__all__ = [
-    'count_samples', 'prepare_batch', 'forward_batch', 'check_loader_cfg',
-    'loader_like'
-]
+__all__ = ['count_samples', 'prepare_batch', 'check_loader_cfg', 'loader_like']
 
 
 def count_samples(inputs: Any) -> int:
@@ -75,15 +72,6 @@ def prepare_batch(model: nn.Module, batch: Any,
                     'a tensor, a non-empty tuple/list (the first item is fed '
                     f'to the model) or a dict of kwargs; got '
                     f'{type(batch).__name__}')
-
-
-def forward_batch(model: nn.Module, batch: Any,
-                  device: Optional[torch.device]) -> int:
-    """Run one forward of ``model`` on ``batch`` (:func:`prepare_batch`);
-    return its number of samples."""
-    args, kwargs, size = prepare_batch(model, batch, device)
-    model(*args, **kwargs)
-    return size
 
 
 def check_loader_cfg(dataloader: Any, owner: str = 'PreciseBNHook') -> None:

@@ -11,12 +11,11 @@ from typing import (Any, Callable, ContextManager, Dict, Iterable, Iterator,
 
 import numpy as np
 import torch
-from mmengine.dist import all_reduce
 from mmengine.logging import print_log
 from mmengine.utils import ProgressBar
 from torch import Tensor, nn
 
-from mmstats.dist import get_rank, get_world_size, host_group
+from mmstats.dist import get_rank, get_world_size, host_group, sum_all_reduce
 from mmstats.sharding import forward_modules, is_sharded, reshard
 from mmstats.stats import suspend_reporting
 from mmstats.utils.args import check_choice, check_positive_int
@@ -234,21 +233,11 @@ class _Agreement:
 
 
 def _reduce(recorder: BNRecorder, meta: Tensor, group: Any) -> None:
-    """Sum the float64 accumulators and ``meta`` over the ranks, in place:
-    one all_reduce of one flat buffer per device (in a fixed order)."""
-    if get_world_size(group) == 1:
-        return
-    buckets: Dict[str, List[Tensor]] = {}
-    for tensor in [t for g in recorder.groups
-                   for t in (g.sums, g.weights)] + [meta]:
-        buckets.setdefault(str(tensor.device), []).append(tensor)
-    for device in sorted(buckets):
-        tensors = buckets[device]
-        flat = torch.cat([t.flatten() for t in tensors])
-        all_reduce(flat, op='sum', group=group)
-        torch.split_with_sizes_copy(
-            flat, [t.numel() for t in tensors],
-            out=[t.view(-1) for t in tensors])
+    """Sum the float64 accumulators and ``meta`` over the ranks, in place
+    (one all_reduce per device)."""
+    sum_all_reduce(
+        [t for g in recorder.groups for t in (g.sums, g.weights)] + [meta],
+        group=group)
 
 
 def _commit(recorder: BNRecorder, group: LayerGroup, mean: Tensor,
