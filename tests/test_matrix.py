@@ -19,12 +19,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from mmengine.hooks import Hook
-from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import HOOKS as ROOT_HOOKS
-from mmengine.registry import MODELS, OPTIM_WRAPPERS
+from mmengine.registry import MODELS
 from mmengine.runner import Runner
 from torch.utils.checkpoint import checkpoint
 
+import tests.helpers.amp  # noqa: F401  (registers CpuBf16AmpOptimWrapper)
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, read_scalars, toy_cfg
 from tests.helpers.toy import ToyBNModel, ToyDataset
@@ -36,18 +36,6 @@ SAMPLES = 64  # the whole dataset: precise BN reads every sample once
 HEAD = 'modules/head'
 LAYER = 'modules/backbone.layer1'  # checkpointed with with_cp
 OVERFLOW = (2, 4)  # 0-based iterations whose scaled loss overflows
-
-
-@OPTIM_WRAPPERS.register_module(force=True)
-class CpuAmpOptimWrapper(AmpOptimWrapper):
-    """mmengine's AmpOptimWrapper (CUDA-only) on CPU: bf16 autocast and
-    ``torch.amp.GradScaler('cpu')``."""
-
-    def __init__(self, **kwargs) -> None:
-        OptimWrapper.__init__(self, **kwargs)
-        self._scale_update_param = None
-        self.loss_scaler = torch.amp.GradScaler('cpu', init_scale=2.**120)
-        self.cast_dtype = torch.bfloat16
 
 
 @MODELS.register_module(force=True)
@@ -176,9 +164,10 @@ def _train(work_dir,
     cfg.train_dataloader.dataset = dict(type='ToyDataset', num_samples=SAMPLES)
     optim = dict(type='SGD', lr=0.05, momentum=0.9)
     cfg.optim_wrapper = dict(
-        type='CpuAmpOptimWrapper' if amp else 'OptimWrapper',
-        optimizer=optim,
-        accumulative_counts=accumulate)
+        type='OptimWrapper', optimizer=optim, accumulative_counts=accumulate)
+    if amp:
+        cfg.optim_wrapper.update(
+            type='CpuBf16AmpOptimWrapper', init_scale=2.**120)
     cfg.custom_hooks = [
         dict(
             type='mmstats.PreciseBNHook',

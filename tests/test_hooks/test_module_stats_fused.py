@@ -9,28 +9,15 @@ import math
 import pytest
 import torch
 from mmengine.hooks import Hook
-from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import HOOKS as ROOT_HOOKS
-from mmengine.registry import OPTIM_WRAPPERS
 from mmengine.runner import Runner
 from torch.amp.grad_scaler import OptState
 
+import tests.helpers.amp  # noqa: F401  (registers CpuBf16AmpOptimWrapper)
 from tests.helpers.runner import read_scalars, toy_cfg
 
 SCALE = 2.**16  # scaled norms would be 65536 times too large
 HEAD = 'stats/modules/head/grad_norm'
-
-
-@OPTIM_WRAPPERS.register_module(force=True)
-class FusedTestAmpOptimWrapper(AmpOptimWrapper):
-    """mmengine's AmpOptimWrapper (CUDA-only) on CPU: bf16 autocast and
-    ``torch.amp.GradScaler('cpu')``."""
-
-    def __init__(self, **kwargs) -> None:
-        OptimWrapper.__init__(self, **kwargs)
-        self._scale_update_param = None
-        self.loss_scaler = torch.amp.GradScaler('cpu', init_scale=SCALE)
-        self.cast_dtype = torch.bfloat16
 
 
 @ROOT_HOOKS.register_module(force=True)
@@ -64,7 +51,8 @@ def test_no_grad_norm_from_scaled_gradients(tmp_path, clean_mmengine,
                                             optimizer, fused):
     cfg = toy_cfg(str(tmp_path), by_epoch=False, max_iters=4, log_interval=2)
     cfg.optim_wrapper = dict(
-        type='FusedTestAmpOptimWrapper',
+        type='CpuBf16AmpOptimWrapper',
+        init_scale=SCALE,
         optimizer=dict(type=optimizer, lr=0.01, fused=fused))
     cfg.custom_hooks = [
         dict(type='mmstats.StatsCollectorHook', collect_timing=False),
