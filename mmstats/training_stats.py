@@ -49,10 +49,11 @@ What differs, each on purpose (see ``docs/quantiles.md``):
   a ``Collector`` is not a collective (theirs runs an ``update()``).
 """
 import math
-from typing import Any, Dict, List, Optional, Pattern, Union
+from typing import Any, Dict, List, Pattern, Union
 
 import torch
 
+from .stats import REPORTER
 from .stats import Collector as _StatsCollector
 from .stats import report as _report
 from .stats import report0 as _report0
@@ -63,10 +64,6 @@ __all__ = [
 ]  # and ``default_collector``, created at its first use
 
 _is_compiling = torch.compiler.is_compiling
-# Every name reported through this module, in order of first report (the
-# keys of StyleGAN3's ``_counters``): one entry per name, never values.
-_NAMES: Dict[str, None] = {}
-_DEFAULT: List[Optional['Collector']] = [None]
 
 
 class EasyDict(dict):
@@ -150,22 +147,10 @@ def _record(report_fn: Any, name: str, value: Any) -> Any:
     :meth:`Collector.names` and ``default_collector`` brought into being."""
     if _is_compiling():  # no Python state touched in a traced region
         return report_fn(name, value)
-    if _DEFAULT[0] is None:
-        _default_collector()
+    _default_collector()
     value = report_fn(name, value)
-    if name not in _NAMES:
-        _NAMES[name] = None
+    REPORTER.remember_name(name)
     return value
-
-
-class _MergingCollector(_StatsCollector):
-    """A :class:`mmstats.Collector` whose pending values stay one merged
-    row per name however long it goes without an update."""
-
-    def receive(self, flushed) -> None:
-        super().receive(flushed)
-        if len(self._chunks) > 1:
-            self._chunks = [self._local_rows()]
 
 
 class Collector:
@@ -210,7 +195,7 @@ class Collector:
             check_bool('training_stats.Collector', arg, flag)
         self._regex = compile_regex(
             'training_stats.Collector', 'regex', regex, pattern_ok=True)
-        self._collector = _MergingCollector(
+        self._collector = _StatsCollector(
             regex=self._regex, keep_previous=False)
         self._keep_previous = keep_previous
         self._ignore_nonfinite = ignore_nonfinite
@@ -220,21 +205,19 @@ class Collector:
         """Every name reported so far that ``regex`` fully matches, in order
         of first report; then names only other ranks reported."""
         match = self._regex.fullmatch
-        names = [name for name in _NAMES if match(name)]
+        names = [name for name in REPORTER.compat_names if match(name)]
         known = set(names)
         return names + [n for n in self._collector.names() if n not in known]
 
     def update(self) -> None:
         """Publish what was reported since the previous update (a
         collective over the default process group)."""
-        collector = self._collector
-        collector.update()
+        published = self._collector.update()
         if not self._keep_previous:
             self._moments = {}
-        for name in collector.names():
-            num = int(collector.num(name))
-            bad = 0 if self._ignore_nonfinite else int(
-                collector.nonfinite(name))
+        for name, stats in published.items():
+            num = int(stats['num'])
+            bad = 0 if self._ignore_nonfinite else int(stats['nonfinite'])
             if num + bad == 0:  # no value: keep or forget, as theirs
                 continue
             if bad:
@@ -242,9 +225,7 @@ class Collector:
                     num=num + bad, mean=math.nan, std=math.nan)
             else:
                 self._moments[name] = EasyDict(
-                    num=num,
-                    mean=float(collector.mean(name)),
-                    std=float(collector.std(name)))
+                    num=num, mean=stats['mean'], std=stats['std'])
 
     def _get(self, name: str) -> EasyDict:
         if not (isinstance(name, str) and self._regex.fullmatch(name)):
@@ -285,9 +266,8 @@ class Collector:
 
 def _default_collector() -> Collector:
     """EDM2's module-level collector, created once, at first use."""
-    if _DEFAULT[0] is None:
-        _DEFAULT[0] = Collector(keep_previous=False, ignore_nonfinite=True)
-    return _DEFAULT[0]
+    return REPORTER.default_collector(
+        lambda: Collector(keep_previous=False, ignore_nonfinite=True))
 
 
 def __getattr__(name: str) -> Any:

@@ -20,10 +20,14 @@ def ts():
     """A fresh ``mmstats.training_stats`` (no default_collector, no name
     reported yet) and no pending value from other tests."""
     import mmstats.training_stats as module
+    from mmstats.stats import REPORTER
     reset()
+    REPORTER.compat_names.clear()
+    REPORTER.compat_collector = None
     module = importlib.reload(module)
     yield module
-    module._DEFAULT[0] = None
+    REPORTER.compat_names.clear()
+    REPORTER.compat_collector = None
     module.__dict__.pop('default_collector', None)
     reset()
 
@@ -478,7 +482,9 @@ def test_like_edm2_default_collector(ts):
 
 
 def test_default_collector_counts_reports_before_its_first_use(ts):
-    assert 'default_collector' not in vars(ts) and ts._DEFAULT[0] is None
+    from mmstats.stats import REPORTER
+    assert ('default_collector' not in vars(ts)
+            and REPORTER.compat_collector is None)
     ts.report('Loss/loss', [1., 2.])
     ts.report0('Progress/kimg', 0.5)
     ts.default_collector.update()

@@ -15,13 +15,13 @@ update, over all ranks::
             print(collector.as_dict())  # {'loss': {'num': .., 'mean': ..}}
 
 Modules, in the order a value passes them (``docs/architecture.md``):
-:mod:`.reporting` (``report``, ``report0``, ``phase`` and ``REPORTER``, the
-one owner of the report side's state), :mod:`.values` (checks and
-conversion), :mod:`.store` (per-thread pending stores) with
-:mod:`.pending_sketches`, :mod:`.compile` (``report()`` in compiled code),
-:mod:`.workers` (values from DataLoader workers), :mod:`.collector`
-(``Collector``) over :mod:`.protocol` and :mod:`.collectives` (the
-cross-rank reduction), :mod:`.moments` and :mod:`.sketch` (pure kernels).
+:mod:`.reporting` (``report``, ``report0``, ``phase``, compiled code, and
+``REPORTER``, the one process-wide object of the report side) ->
+:mod:`.pending` (value checks, per-thread pending stores, pending sketch
+counts) -> :mod:`.collector` (``Collector``) -> :mod:`.protocol` (the
+cross-rank reduction and its collectives); :mod:`.workers` (values from
+DataLoader workers ride with their batches); pure kernels: :mod:`.moments`,
+:mod:`.sketch` (quantile sketches) and :mod:`.sketch_sum` (their exchange).
 """
 from .collector import STAT_NAMES, Collector
 from .reporting import (REPORTER, phase, report, report0, reset,

@@ -7,10 +7,10 @@ import numpy as np
 import torch
 
 from mmstats.utils.args import check_bool, check_positive_int, compile_regex
-from .collectives import ReduceFns
 from .moments import M2, MAX, MEAN, MIN, NONFINITE, N, empty_rows, merge_rows
-from .protocol import NameTable, RankFailure
-from .reporting import REPORTER, Flush
+from .pending import Flush
+from .protocol import NameTable, RankFailure, ReduceFns
+from .reporting import REPORTER
 from .sketch import clamped_quantiles
 from .sketch_sum import SketchSum
 
@@ -22,9 +22,9 @@ NONFINITE_AT = STAT_NAMES.index('nonfinite')
 # Defaults of the name table's bounds (see docs/stats.md).
 MAX_NAMES = 4096
 EVICT_AFTER = 100
-# Pending chunks a collector holds before it merges them into one (a
-# collector that is never updated holds a bounded amount).
-MAX_CHUNKS = 64
+# Pending chunks a collector holds before it merges them into one: a
+# collector updated less often than others holds one row per name.
+MAX_CHUNKS = 2
 
 
 class Collector:
@@ -108,13 +108,15 @@ class Collector:
         self._sketch = sketch
         self._counts: Dict[str, np.ndarray] = {}  # pending, this rank
         self._sketches: Dict[str, np.ndarray] = {}  # published, merged
+        if REPORTER.live_collectors():  # what is pending is theirs
+            _deliver()
         REPORTER.register(self, sketch)
 
     # -- accumulation ------------------------------------------------------
     def receive(self, flushed: Flush) -> None:
         """Keep the rows (and sketch counts) of the names this collector
-        publishes from a flush of the pending values (called by
-        :meth:`~.reporting.Reporter.flush`).
+        publishes from a flush of the pending values (every live
+        collector gets each flush).
 
         Args:
             flushed (Flush): Names, moment rows and sketch counts.
@@ -145,7 +147,7 @@ class Collector:
             self._chunks.append(
                 ([names[i]
                   for i in keep], rows[torch.tensor(keep, dtype=torch.long)]))
-        if len(self._chunks) >= MAX_CHUNKS:  # never updated: stay bounded
+        if len(self._chunks) >= MAX_CHUNKS:  # not updated: stay bounded
             self._chunks = [self._local_rows()]
 
     def _local_rows(self) -> Tuple[List[str], torch.Tensor]:
@@ -163,9 +165,12 @@ class Collector:
         return names, rows
 
     # -- publication -------------------------------------------------------
-    def update(self) -> None:
+    def update(self) -> Dict[str, Dict[str, float]]:
         """Publish the statistics of the values reported since the previous
         update (a collective: every rank of the group must call it).
+
+        Returns:
+            dict: What was published, as :meth:`as_dict` returns it.
 
         Raises:
             RuntimeError: On every rank, if reducing the pending values
@@ -174,7 +179,7 @@ class Collector:
         """
         failure: Optional[BaseException] = None
         try:
-            REPORTER.flush()
+            _deliver()
         except Exception as e:  # every rank must still take part
             failure = e
         names, local = self._local_rows()
@@ -191,6 +196,7 @@ class Collector:
         self._counts = {}
         self._publish(table, rows,
                       None if extra is None else extra.unpack(summed, table))
+        return self.as_dict()
 
     def _publish(self,
                  table: List[str],
@@ -301,3 +307,12 @@ class Collector:
     def __getitem__(self, name: str) -> float:
         """The mean of ``name``."""
         return self.mean(name)
+
+
+def _deliver() -> None:
+    """Reduce everything pending once and hand it to every live collector
+    (each keeps the names its regex matches)."""
+    flushed, collectors = REPORTER.flush()
+    if flushed.names:
+        for collector in collectors:
+            collector.receive(flushed)

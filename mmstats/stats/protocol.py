@@ -28,8 +28,9 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
+from mmengine import dist
 
-from .collectives import ReduceFns
 from .moments import M2, MAX, MEAN, MIN, NONFINITE, ROW_WIDTH, N
 
 __all__ = ['ReduceFns', 'NameTable', 'RankFailure', 'reduce_moments']
@@ -41,6 +42,63 @@ HEADER_WIDTH = 2
 SHOWN_NAMES = 5
 # Up to this many ranks, one all_gather replaces the all_reduces.
 GATHER_MAX_WORLD = 4
+
+
+class ReduceFns:
+    """The collectives of the protocol, on host float64 arrays, through
+    :mod:`mmengine.dist` (which moves them to the backend's device).
+
+    Injectable: tests pass an object with the same methods that simulates
+    several ranks in one process. Every method is a collective when the
+    group has more than one rank (a no-op otherwise).
+
+    Args:
+        group (ProcessGroup, optional): Process group. Defaults to None
+            (the default group).
+
+    Example:
+        >>> import numpy as np
+        >>> fns = ReduceFns()  # one process: every call returns its input
+        >>> fns.all_reduce_sum(np.array([1., 2.])).tolist()
+        [1.0, 2.0]
+        >>> fns.all_gather(np.array([3.])).tolist()
+        [[3.0]]
+    """
+
+    def __init__(self, group: Optional[Any] = None) -> None:
+        self.group = group
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks in the group."""
+        return dist.get_world_size(self.group)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the group."""
+        return dist.get_rank(self.group)
+
+    def all_reduce_sum(self, x: np.ndarray) -> np.ndarray:
+        """Elementwise sum over ranks (identical bits on every rank)."""
+        tensor = torch.from_numpy(x)
+        dist.all_reduce(tensor, 'sum', self.group)
+        return tensor.numpy()
+
+    def all_reduce_max(self, x: np.ndarray) -> np.ndarray:
+        """Elementwise maximum over ranks."""
+        tensor = torch.from_numpy(x)
+        dist.all_reduce(tensor, 'max', self.group)
+        return tensor.numpy()
+
+    def all_gather(self, x: np.ndarray) -> np.ndarray:
+        """Every rank's 1-d ``x`` (the same length on every rank), stacked
+        in rank order: ``(world_size, len(x))``."""
+        gathered = dist.all_gather(torch.from_numpy(x), self.group)
+        return torch.stack(gathered).cpu().numpy()
+
+    def all_gather_object(self, obj: Any) -> List[Any]:
+        """Every rank's ``obj``, indexed by rank."""
+        return dist.all_gather_object(obj, self.group)
 
 
 class RankFailure(RuntimeError):

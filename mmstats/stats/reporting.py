@@ -1,72 +1,70 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """The report side: :func:`report`, :func:`report0`, :func:`phase` and the
-one object that owns every piece of the report side's process state,
-:data:`REPORTER` (a :class:`Reporter`).
+one process-wide object of the report side, :data:`REPORTER` (a
+:class:`Reporter`), which owns all of its state.
 
-The state, all of it here (StyleGAN3 keeps it in one table, detectron2 in
-one ``EventStorage``, mmengine in one named ``MessageHub``):
+The state, all of it in :class:`Reporter` (StyleGAN3 keeps it in one table,
+detectron2 in one ``EventStorage``, mmengine in one named ``MessageHub``):
 
 =====================  ====================================================
 ``store``              values pending until the next flush: the main
-                       thread's :class:`~.store.RootStore`, which also
+                       thread's :class:`~.pending.RootStore`, which also
                        drains every other thread's store
 ``sketches``           quantile bucket counts of values reduced at report
-                       time (:data:`~.pending_sketches.SKETCHES`)
+                       time (:class:`~.pending.PendingSketches`), shared by
+                       every thread's store
 ``enabled``            whether ``report()`` keeps anything: a collector is
                        live, or this is a DataLoader worker
 ``phase``              the prefix of reported names (``'val/'``)
-``suspended``          > 0 inside :meth:`Reporter.suspended`
-per-thread stores      each thread adds to its own store
-live collectors        weak references; each gets every :class:`Flush`
+``suspended``          > 0 inside :func:`suspend_reporting`
+``_local``             each thread's own store (thread-local)
+``_collectors``        the live collectors, as weak references (id -> ref);
+                       ``_sketching``: the ids of those that sketch
+``_in_worker``         this process is a DataLoader worker
+``_started``           the fork handler is registered (at the first
+                       collector or worker: importing changes nothing)
+``compiled_report``    ``report()`` behind ``torch.compiler.disable`` for
+                       compiled code's non-tensor values; None until the
+                       first trace defines the ``mmstats::report`` op
+``_library``           that op's ``torch.library.Library``
+``compat_names``       names reported through :mod:`mmstats.training_stats`
+                       in order of first report (StyleGAN3's ``_counters``
+                       keys); ``compat_collector``: its EDM2
+                       ``default_collector``, once used
 =====================  ====================================================
 
 A forked child (a DataLoader worker) starts with nothing pending. Compiled
-code calls a custom op (:mod:`.compile`); DataLoader workers send their
-values with the batches (:mod:`.workers`, through :meth:`Reporter.take`
-and :meth:`Reporter.add_rows`). ``docs/reporting.md`` explains each path and
-its cost; ``docs/architecture.md`` draws the way of a value.
+code calls the custom op (see :func:`enable_compile_support`); DataLoader
+workers send their values with the batches (:mod:`.workers`, through
+:meth:`Reporter.take` and :meth:`Reporter.add_flush`).
+``docs/reporting.md`` explains each path and its cost;
+``docs/architecture.md`` draws the way of a value.
 """
 import os
 import threading
 import weakref
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from mmengine.dist import get_rank
 
-from .moments import NONFINITE, N
-from .pending_sketches import SKETCHES
-from .store import MAX_PENDING_NUMBERS, PendingStore, RootStore
-from .values import add_value, name_error
+from .pending import (Flush, PendingSketches, PendingStore, RootStore,
+                      name_error)
 
 __all__ = [
-    'Flush', 'Reporter', 'REPORTER', 'report', 'report0', 'phase',
-    'suspend_reporting', 'reset'
+    'Reporter', 'REPORTER', 'report', 'report0', 'phase', 'suspend_reporting',
+    'reset', 'enable_compile_support'
 ]
 
 _is_compiling = torch.compiler.is_compiling
 
 
-class Flush(NamedTuple):
-    """What one flush hands to every live collector.
-
-    Attributes:
-        names (list[str]): The names with pending values, sorted.
-        rows (Tensor): ``(len(names), ROW_WIDTH)`` float64 CPU moment rows
-            (columns of :mod:`.moments`).
-        counts (list[Sketch], optional): One sparse sketch per name, or
-            None when no live collector sketches.
-    """
-    names: List[str]
-    rows: torch.Tensor
-    counts: Optional[list] = None
-
-
 class Reporter:
-    """Owns the report side: pending values per thread, sketch counts, the
-    live collectors and the ``enabled`` flag, the phase, suspension, fork
-    handling and the worker hand-off.
+    """Owns the report side's state (the table in this module's docstring):
+    pending values per thread, sketch counts, the live collectors and the
+    ``enabled`` flag, the phase, suspension, fork handling, the worker
+    hand-off and the compile support.
 
     There is one, :data:`REPORTER`; :func:`report` and :func:`report0` are
     module-level functions on it. Tests reset it with :meth:`reset`.
@@ -81,25 +79,35 @@ class Reporter:
     """
 
     def __init__(self) -> None:
-        self.store = RootStore()
-        self.sketches = SKETCHES
+        self.sketches = PendingSketches()
+        self.store = RootStore(self.sketches)
         self.enabled = False
         self.phase = ''
         self.suspended = 0
         self._local = threading.local()
         self._local.store = self.store
-        self._collectors: Dict[Any, Any] = {}  # id -> weakref
+        self._collectors: Dict[int, Any] = {}  # id -> weakref
         self._sketching: set = set()  # ids of live collectors that sketch
         self._in_worker = False
+        self._started = False
+        self.compiled_report: Optional[Callable[[str, Any, bool], None]] = None
+        self._library: Optional[Any] = None
+        self.compat_names: Dict[str, None] = {}
+        self.compat_collector: Optional[Any] = None
+
+    def _start(self) -> None:
+        """Register the fork handler, once: at the first collector or
+        worker (importing mmstats changes nothing process-wide)."""
+        if not self._started:
+            self._started = True
+            os.register_at_fork(after_in_child=self.after_fork_in_child)
 
     # -- collectors ---------------------------------------------------------
     def register(self, collector: Any, sketch: bool) -> None:
-        """Make ``collector`` live until it is garbage-collected; it then
-        gets every :class:`Flush` through ``collector.receive``. Values
-        reported before belong to the collectors alive then (flushed
-        first)."""
-        if self._collectors:
-            self.flush()
+        """Make ``collector`` live until it is garbage-collected. Values
+        reported before belong to the collectors alive then: flush them to
+        those first (:meth:`flush`)."""
+        self._start()
         key = id(collector)
         if sketch:
             self._sketching.add(key)
@@ -125,6 +133,7 @@ class Reporter:
     def enable_in_worker(self, sketch: bool) -> None:
         """Keep reported values in a DataLoader worker (no collector lives
         there: they leave with the batches, see :mod:`.workers`)."""
+        self._start()
         self._in_worker = True
         self.enabled = True
         self.sketches.enabled = self.sketches.enabled or sketch
@@ -133,23 +142,22 @@ class Reporter:
     def take(self) -> Flush:
         """Reduce and drop every pending value of every thread (syncs the
         devices used); sketch counts only while some collector sketches."""
-        if self.sketches.enabled:
-            return Flush(*self.store.flush_with_sketches())
-        return Flush(*self.store.flush())
+        return self.store.flush(sketch=self.sketches.enabled)
 
-    def flush(self) -> None:
-        """Hand everything pending, reduced once, to each live collector
-        (``collector.receive(flush)`` keeps the names its regex matches)."""
+    def flush(self) -> Tuple[Flush, List[Any]]:
+        """Everything pending, reduced once, and the collectors alive now,
+        which share it (nothing is reduced when none is alive).
+
+        Returns:
+            tuple[Flush, list]: The flush and the live collectors.
+        """
         collectors = self.live_collectors()
         if not collectors:
             self.store.reset()
-            return
-        flushed = self.take()
-        if flushed.names:
-            for collector in collectors:
-                collector.receive(flushed)
+            return Flush([], torch.zeros(0)), collectors
+        return self.take(), collectors
 
-    def add_rows(self, flushed: Flush, prefix: str = '') -> None:
+    def add_flush(self, flushed: Flush, prefix: str = '') -> None:
         """Add rows and sketches reduced elsewhere (a DataLoader worker's
         :meth:`take`) under ``prefix + name``, unless nothing keeps values
         now.
@@ -158,20 +166,8 @@ class Reporter:
             flushed (Flush): Names, rows and (sparse) host sketches.
             prefix (str): E.g. the current phase. Defaults to ''.
         """
-        if not self.enabled or self.suspended:
-            return
-        store = self.store
-        with store.lock:
-            for name, row in zip(flushed.names, flushed.rows):
-                if row[N] == 0 and row[NONFINITE] == 0:  # no value
-                    store.empty.add(prefix + name)
-                else:
-                    store.add_row(prefix + name, row.clone())
-        if flushed.counts is None or not self.sketches.enabled:
-            return
-        for name, sketch in zip(flushed.names, flushed.counts):
-            if sketch.codes.size:
-                self.sketches.add_counts(prefix + name, sketch)
+        if self.enabled and not self.suspended:
+            self.store.add_flush(flushed, prefix)
 
     # -- phase and suspension -------------------------------------------------
     def set_phase(self, name: Optional[str]) -> Optional[str]:
@@ -205,16 +201,14 @@ class Reporter:
         try:
             return self._local.store
         except AttributeError:
-            store = PendingStore()
+            store = self.store.new_thread_store()
             self._local.store = store
-            self.store.register(store)
             return store
 
     def after_fork_in_child(self) -> None:
         """A forked child (e.g. a DataLoader worker) starts with nothing
         pending: its parent's values must not be counted twice."""
-        self.store.forget_threads()
-        self.sketches.after_fork()
+        self.store.after_fork_in_child()
         self._local = threading.local()
         self._local.store = self.store
         self.phase = ''
@@ -223,13 +217,45 @@ class Reporter:
         """Forget every pending value, the phase and suspensions (live
         collectors stay registered)."""
         self.store.reset()
-        self.sketches.reset()
         self.phase = ''
         self.suspended = 0
 
+    # -- mmstats.training_stats ---------------------------------------------
+    def remember_name(self, name: str) -> None:
+        """Note ``name`` for :meth:`mmstats.training_stats.Collector.names`
+        (one entry per name, never values)."""
+        if name not in self.compat_names:
+            self.compat_names[name] = None
+
+    def default_collector(self, build: Callable[[], Any]) -> Any:
+        """EDM2's ``default_collector``: ``build()`` at the first call,
+        the same object afterwards."""
+        if self.compat_collector is None:
+            self.compat_collector = build()
+        return self.compat_collector
+
+    # -- compiled code --------------------------------------------------------
+    def enable_compile_support(self) -> None:
+        """Define the ``mmstats::report`` op and the eager fallback (once;
+        imports dynamo): see :func:`enable_compile_support`."""
+        if self.compiled_report is not None:
+            return
+        from torch._dynamo.eval_frame import skip_code
+        from torch.fx.node import has_side_effect
+        library = torch.library.Library('mmstats', 'FRAGMENT')
+        library.define('report(Tensor value, str name, bool rank0) -> ()')
+        library.impl('report', _report_kernel, 'CompositeExplicitAutograd')
+        torch.library.register_fake(
+            'mmstats::report', _report_fake, lib=library)
+        # No output: without this mark, dead-code elimination drops the call.
+        has_side_effect(torch.ops.mmstats.report.default)
+        for fn in (report, report0, report_traced):
+            skip_code(fn.__code__)
+        self._library = library
+        self.compiled_report = torch.compiler.disable(_report_kernel)
+
 
 REPORTER = Reporter()
-os.register_at_fork(after_in_child=REPORTER.after_fork_in_child)
 
 
 def report(name: str, value: Any) -> Any:
@@ -279,20 +305,7 @@ def report(name: str, value: Any) -> Any:
         store = reporter._local.store
     except AttributeError:
         store = reporter.thread_store()
-    tp = type(value)
-    with store.lock:
-        if tp is float:
-            nums = store.numbers.get(name)
-            if nums is None:
-                store.numbers[name] = [value]
-            else:
-                nums.append(value)
-                if len(nums) >= MAX_PENDING_NUMBERS:
-                    store.compact_numbers(name)
-        elif tp is torch.Tensor:
-            store.add_tensor(name, value)
-        else:
-            add_value(store, name, value)
+    store.add(name, value)
     return value
 
 
@@ -326,9 +339,7 @@ def report0(name: str, value: Any) -> Any:
         return report(name, value)
     if type(name) is not str:
         raise name_error(name)
-    store = reporter.thread_store()
-    with store.lock:
-        store.empty.add(reporter.phase + name)
+    reporter.thread_store().add_name(reporter.phase + name)
     return value
 
 
@@ -345,23 +356,130 @@ def phase(name: Optional[str]) -> Optional[str]:
 
     Returns:
         str or None: The previous phase, to restore it.
+
+    Example:
+        >>> from mmstats import Collector, report
+        >>> from mmstats.stats import phase
+        >>> collector = Collector()
+        >>> previous = phase('val')
+        >>> _ = report('acc', 1.0)
+        >>> _ = phase(previous)
+        >>> collector.update()
+        >>> collector.names()
+        ['val/acc']
     """
     return REPORTER.set_phase(name)
 
 
-def suspend_reporting():
+def suspend_reporting() -> Any:
     """Ignore every :func:`report` / :func:`report0` call inside the block.
 
     Used by :func:`mmstats.update_bn_stats`, so that values a model reports
     in its forward never reach a collector during a recomputation. Nests.
+
+    Returns:
+        A context manager.
+
+    Example:
+        >>> from mmstats import Collector, report
+        >>> from mmstats.stats import suspend_reporting
+        >>> collector = Collector()
+        >>> with suspend_reporting():
+        ...     _ = report('ignored', 1.0)
+        >>> collector.update()
+        >>> collector.names()
+        []
     """
     return REPORTER.suspended_block()
 
 
 def reset() -> None:
     """Forget every pending value, the phase and suspensions (for tests;
-    live collectors stay registered): ``REPORTER.reset()``."""
+    live collectors stay registered): ``REPORTER.reset()``.
+
+    Example:
+        >>> from mmstats import Collector, report
+        >>> from mmstats.stats import reset
+        >>> collector = Collector()
+        >>> _ = report('dropped', 1.0)
+        >>> reset()
+        >>> collector.update()
+        >>> collector.names()
+        []
+    """
     REPORTER.reset()
 
 
-from .compile import report_traced  # noqa: E402 (it uses report)
+# -- report() inside torch.compile ------------------------------------------
+def _report_kernel(value: Any, name: str, rank0: bool) -> None:
+    """The ``mmstats::report`` op's kernel (and, behind
+    ``torch.compiler.disable``, the eager fallback): eager ``report()``."""
+    (report0 if rank0 else report)(name, value)
+
+
+def _report_fake(value: torch.Tensor, name: str, rank0: bool) -> None:
+    return None
+
+
+def enable_compile_support() -> bool:
+    """Prepare dynamo for ``report()`` (idempotent; imports dynamo).
+
+    While dynamo traces, :func:`report` calls :func:`report_traced` instead
+    of touching the store: a tensor value becomes ``mmstats::report(Tensor
+    value, str name, bool rank0) -> ()``, a ``torch.library`` op with a
+    Python kernel, marked as having a side effect
+    (``torch.fx.node.has_side_effect``) so that dead-code elimination keeps
+    it although it returns nothing; its kernel calls ``report()`` at run
+    time. Dynamo therefore guards on nothing of the store, the collectors,
+    the phase or the suspension: they are read when the op runs, not when
+    the graph is traced. Other values (Python numbers, sequences, arrays)
+    graph-break into an eager ``report()`` (``torch.compiler.disable``):
+    dynamo specialises a Python float it computes with, so a changing float
+    (a learning rate) would recompile; a graph break passes it without a
+    guard. The top-level frames of ``report`` / ``report0`` /
+    :func:`report_traced` are marked as skipped: after such a graph break,
+    dynamo would compile ``report`` as a frame of its own and guard on the
+    value. Inlining ``report()`` into a traced caller is not affected.
+
+    Defining an op and importing ``torch._dynamo`` change process-wide
+    state (dynamo adds classes to ``torch.serialization``'s safe globals),
+    so ``import mmstats`` does neither: dynamo calls this function while it
+    traces :func:`report_traced` (it is marked as a trace-time constant),
+    when dynamo is imported anyway. See ``docs/reporting.md``.
+
+    Returns:
+        bool: True.
+
+    Example:
+        >>> import torch
+        >>> from mmstats import Collector, report
+        >>> collector = Collector()
+        >>> @torch.compile
+        ... def step(x):
+        ...     report('x', x)  # the op in the graph, read at run time
+        ...     return x + 1
+        >>> _ = step(torch.ones(3))
+        >>> collector.update()
+        >>> collector.num('x')
+        3.0
+    """
+    REPORTER.enable_compile_support()
+    return True
+
+
+# What ``torch.compiler.assume_constant_result`` does, without importing
+# dynamo: dynamo calls the function while tracing and keeps its result as a
+# constant, so the first trace enables compile support before it reads
+# ``REPORTER.compiled_report``. Checked by
+# tests/test_stats/test_report_compile.py in a fresh interpreter.
+enable_compile_support._dynamo_marked_constant = True  # type: ignore
+
+
+def report_traced(name: str, value: Any, rank0: bool) -> Any:
+    """What :func:`report` does while dynamo traces it."""
+    enable_compile_support()  # a trace-time constant
+    if isinstance(value, torch.Tensor):
+        torch.ops.mmstats.report(value, name, rank0)
+    else:
+        REPORTER.compiled_report(value, name, rank0)
+    return value

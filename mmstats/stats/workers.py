@@ -19,7 +19,8 @@ from typing import Any, Callable, Optional
 
 from torch.utils.data import get_worker_info
 
-from .reporting import REPORTER, Flush
+from .pending import Flush
+from .reporting import REPORTER
 
 __all__ = [
     'WorkerReportingCollate', 'deliver_worker_reports', 'carries_reports'
@@ -115,4 +116,4 @@ def deliver_worker_reports(data_batch: Any) -> None:
     if payload is None:
         return
     setattr(data_batch, _ATTR, None)
-    REPORTER.add_rows(payload, REPORTER.phase)
+    REPORTER.add_flush(payload, REPORTER.phase)

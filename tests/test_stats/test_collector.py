@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from mmstats.stats import Collector, report, report0, reporting
-from mmstats.stats.collectives import ReduceFns
+from mmstats.stats.pending import (MAX_PENDING_NUMBERS, MAX_PENDING_ROWS,
+                                   MAX_PENDING_TENSORS)
+from mmstats.stats.protocol import ReduceFns
 from mmstats.stats.reporting import REPORTER
-from mmstats.stats.store import (MAX_PENDING_NUMBERS, MAX_PENDING_ROWS,
-                                 MAX_PENDING_TENSORS)
 
 
 @pytest.fixture(autouse=True)
@@ -481,7 +481,7 @@ def test_the_regex_cache_stays_bounded():
 def test_a_large_tensor_with_inf_and_no_nan(bad):
     """report() of more than LARGE_NUMEL values (reduced at once) holding
     an infinity but no NaN: counted as non-finite, out of the moments."""
-    from mmstats.stats.store import LARGE_NUMEL
+    from mmstats.stats.pending import LARGE_NUMEL
     c = Collector('x')
     x = torch.arange(LARGE_NUMEL + 10, dtype=torch.float32)
     x[7] = bad

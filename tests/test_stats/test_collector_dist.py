@@ -212,7 +212,7 @@ def _failing_worker(rank, world):
     orig = reporting.REPORTER.store.flush
     if rank == 1:  # an unexpected failure on one rank only
 
-        def broken():
+        def broken(*args, **kwargs):
             raise OSError('injected')
 
         reporting.REPORTER.store.flush = broken

@@ -7,11 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mmstats.stats import Collector, report
-from mmstats.stats.collectives import ReduceFns
-from mmstats.stats.pending_sketches import SKETCHES
-from mmstats.stats.protocol import GATHER_MAX_WORLD
-from mmstats.stats.store import LARGE_NUMEL, MAX_PENDING_TENSORS
+from mmstats.stats import REPORTER, Collector, report
+from mmstats.stats.pending import LARGE_NUMEL, MAX_PENDING_TENSORS
+from mmstats.stats.protocol import GATHER_MAX_WORLD, ReduceFns
 from tests.helpers.dist import run_distributed
 from tests.test_stats.test_sketch import (QS, assert_within_alpha, log_uniform,
                                           lognormal_6_decades, lower_quantiles,
@@ -123,7 +121,7 @@ def test_quantile_api_and_keep_previous():
         Collector(sketch='yes')
     kept = Collector(sketch=True)
     dropped = Collector(sketch=True, keep_previous=False)
-    assert SKETCHES.enabled
+    assert REPORTER.sketches.enabled
     values = np.arange(1., 101.)
     report('x', torch.from_numpy(values))
     for c in (kept, dropped):
@@ -141,7 +139,7 @@ def test_quantile_api_and_keep_previous():
     assert dropped.quantile('other', 0.5) == 1.
     del kept, dropped, c
     gc.collect()
-    assert not SKETCHES.enabled  # the last sketching collector is gone
+    assert not REPORTER.sketches.enabled  # the last sketching one is gone
 
 
 def test_tiny_values_have_distinct_quantiles():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from mmstats.stats.pending_sketches import PendingSketches
+from mmstats.stats.pending import PendingSketches
 from mmstats.stats.sketch import (DEFAULT_BUCKETS, LogBuckets, Sketch,
                                   bucket_counts, clamped_quantiles,
                                   group_bucket_counts, quantiles)

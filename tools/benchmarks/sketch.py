@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from mmstats.stats import Collector, report
-from mmstats.stats.collectives import ReduceFns
+from mmstats.stats.protocol import ReduceFns
 
 
 class SumBytes(ReduceFns):

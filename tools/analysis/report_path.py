@@ -1,0 +1,202 @@
+"""The way of one reported value through mmstats' files, measured.
+
+Runs a real mmengine Runner (2 iterations, ``StatsCollectorHook``
+publishing after the second, a LocalVisBackend writing ``scalars.json``)
+whose model reports one eager Python float per forward on the main thread,
+and records with :func:`sys.setprofile` every call into a file of the
+``mmstats`` package during two windows: the ``report()`` call of the
+second iteration, and the hook's ``after_train_iter`` that publishes (the
+collector's update, the formatting, the visualizer's write).
+``collect_timing`` and ``collect_outputs`` are off, so that only the traced
+value travels.
+
+Prints the files in the order the value enters them, and:
+
+* ``files``: distinct mmstats files entered;
+* ``functions``: distinct mmstats functions called;
+* ``switches``: calls from one mmstats file into another (a call from
+  outside mmstats, e.g. mmengine's hook loop, counts from the last mmstats
+  file on the stack);
+* ``returns``: switches into a file the value had already left, not
+  counting the hook's own file (the hook is the orchestrator: it calls
+  the collector, then formats).
+
+Usage: ``python tools/analysis/report_path.py [--verbose]``
+"""
+import argparse
+import os
+import sys
+import tempfile
+from typing import List, Optional, Tuple
+
+import torch
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
+from torch import nn
+
+import mmstats
+from mmstats.stats import report
+
+PACKAGE = os.path.dirname(os.path.abspath(mmstats.__file__))
+
+
+class _Reporting(BaseModel):
+    """A linear model that reports one float per forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(2, 1)
+
+    def forward(self, inputs, mode: str = 'tensor'):
+        loss = self.linear(inputs).pow(2).mean()
+        report('traced_value', 0.5)
+        return dict(loss=loss) if mode == 'loss' else loss
+
+
+class _Data(torch.utils.data.Dataset):
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> dict:
+        return dict(inputs=torch.full((2, ), float(i)))
+
+
+class _Tracer:
+    """Records (file, function, caller file) of calls into mmstats."""
+
+    def __init__(self) -> None:
+        self.calls: List[Tuple[str, str, Optional[str]]] = []
+
+    def __call__(self, frame, event: str, arg) -> None:
+        if event != 'call':
+            return
+        path = frame.f_code.co_filename
+        if not path.startswith(PACKAGE):
+            return
+        caller, back = None, frame.f_back
+        while back is not None:  # the nearest mmstats frame below
+            if back.f_code.co_filename.startswith(PACKAGE):
+                caller = _short(back.f_code.co_filename)
+                break
+            back = back.f_back
+        self.calls.append((_short(path), frame.f_code.co_qualname, caller))
+
+    def trace(self, fn):
+        """``fn`` with its calls recorded."""
+
+        def traced(*args, **kwargs):
+            sys.setprofile(self)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sys.setprofile(None)
+
+        return traced
+
+
+def _short(path: str) -> str:
+    return os.path.relpath(path, os.path.dirname(PACKAGE))
+
+
+def measure(calls: List[Tuple[str, str, Optional[str]]],
+            hook_file: str) -> dict:
+    """The path's counts (see the module docstring)."""
+    order: List[str] = []
+    switches, returns = 0, 0
+    left: set = set()
+    current: Optional[str] = None
+    for path, _, caller in calls:
+        caller = caller or current
+        if path not in order:
+            order.append(path)
+        if caller is not None and caller != path:
+            switches += 1
+            left.add(caller)
+            if path in left and path != hook_file:
+                returns += 1
+        current = path
+    return dict(
+        order=order,
+        files=len(order),
+        functions=len({(p, f)
+                       for p, f, _ in calls}),
+        switches=switches,
+        returns=returns)
+
+
+def run(verbose: bool = False) -> dict:
+    """Train 2 iterations, trace the second report and the publication."""
+    tracer = _Tracer()
+    with tempfile.TemporaryDirectory() as work_dir:
+        runner = Runner(
+            model=_Reporting(),
+            work_dir=work_dir,
+            train_dataloader=dict(
+                dataset=_Data(),
+                sampler=dict(type='DefaultSampler', shuffle=False),
+                batch_size=4,
+                collate_fn=dict(type='default_collate'),
+                num_workers=0),
+            optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+            train_cfg=dict(by_epoch=False, max_iters=2),
+            default_hooks=dict(logger=dict(type='LoggerHook', interval=2)),
+            custom_hooks=[
+                dict(
+                    type='mmstats.StatsCollectorHook',
+                    collect_timing=False,
+                    collect_outputs=False)
+            ],
+            visualizer=dict(
+                type='Visualizer',
+                vis_backends=[dict(type='LocalVisBackend')]),
+            log_level='WARNING')
+        hook = next(
+            h for h in runner.hooks
+            if type(h).__name__ == 'StatsCollectorHook')
+        hook_file = _short(sys.modules[type(hook).__module__].__file__)
+        model_forward = runner.model.forward
+        iteration = [0]
+
+        def forward(*args, **kwargs):
+            iteration[0] += 1
+            if iteration[0] < 2:
+                return model_forward(*args, **kwargs)
+            import mmstats.stats as stats  # the module global report()
+            original = _Reporting.forward.__globals__['report']
+            _Reporting.forward.__globals__['report'] = tracer.trace(
+                stats.report)
+            try:
+                return model_forward(*args, **kwargs)
+            finally:
+                _Reporting.forward.__globals__['report'] = original
+
+        runner.model.forward = forward
+        after = hook.after_train_iter
+
+        def after_train_iter(runner, batch_idx, *args, **kwargs):
+            if batch_idx == 1:
+                return tracer.trace(after)(runner, batch_idx, *args, **kwargs)
+            return after(runner, batch_idx, *args, **kwargs)
+
+        hook.after_train_iter = after_train_iter
+        runner.train()
+    result = measure(tracer.calls, hook_file)
+    if verbose:
+        for path, fn, caller in tracer.calls:
+            print(f'  {caller or "-":40} -> {path}:{fn}')
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--verbose', action='store_true')
+    args = parser.parse_args()
+    result = run(args.verbose)
+    print('files in order:', ' -> '.join(result['order']))
+    print('files {files}  functions {functions}  switches {switches}  '
+          'returns into a file already left {returns}'.format(**result))
+
+
+if __name__ == '__main__':
+    main()
