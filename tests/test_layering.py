@@ -48,3 +48,128 @@ def test_the_check_sees_relative_imports(tmp_path):
     fake.write_text('from ..hooks import StatsCollectorHook\n'
                     'from mmengine.runner import Runner\n')
     assert imported_modules(fake) == ['mmstats.hooks', 'mmengine.runner']
+
+
+# -- import circles ------------------------------------------------------------
+PACKAGE = sorted(ROOT.rglob('*.py'))
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix('').parts
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def import_graph(paths: list) -> dict:
+    """``{module: {mmstats modules it imports, anywhere in its body}}``;
+    ``from package import name`` counts as importing ``package.name`` when
+    that is a module."""
+    modules = {module_name(p): p for p in paths}
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == '__init__.py' else name.rsplit('.', 1)[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ''
+                if node.level:
+                    root = package.rsplit('.', node.level - 1)[0]
+                    base = f'{root}.{base}' if base else root
+                targets = [
+                    f'{base}.{a.name}'
+                    if f'{base}.{a.name}' in modules else base
+                    for a in node.names
+                ]
+            else:
+                continue
+            edges.update(t for t in targets if t in modules and t != name)
+        graph[name] = edges
+    return graph
+
+
+def circles(graph: dict) -> list:
+    """Every strongly connected group of more than one module, and every
+    module that imports itself (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+# A package's __init__ re-exporting its modules is not a circle of code:
+# only modules that are not packages count.
+def test_no_import_circle_in_mmstats():
+    graph = import_graph(PACKAGE)
+    graph = {
+        name: {t for t in edges if not (ROOT.parent / t.replace('.', '/')
+                                       / '__init__.py').exists()}
+        for name, edges in graph.items()
+        if not (ROOT.parent / name.replace('.', '/') / '__init__.py').exists()
+    }
+    assert circles(graph) == []
+
+
+def test_the_circle_check_finds_a_circle(tmp_path):
+    pkg = tmp_path / 'mmstats' / 'stats'
+    pkg.mkdir(parents=True)
+    (pkg / 'a.py').write_text('from .b import x\n')
+    (pkg / 'b.py').write_text('def f():\n    from mmstats.stats.a import y\n')
+    (pkg / 'c.py').write_text('from . import a\n')
+    global ROOT
+    saved, ROOT = ROOT, tmp_path / 'mmstats'
+    try:
+        graph = import_graph(sorted(ROOT.rglob('*.py')))
+    finally:
+        ROOT = saved
+    assert graph['mmstats.stats.c'] == {'mmstats.stats.a'}
+    assert circles(graph) == [['mmstats.stats.a', 'mmstats.stats.b']]
+
+
+# -- process state -------------------------------------------------------------
+def test_no_module_keeps_state_in_globals():
+    """State has one owner: no ``global`` statement anywhere in mmstats,
+    and the report side (``stats/``, ``training_stats``) keeps no module
+    level list, dict or set (the Reporter's fields hold it)."""
+    offenders = []
+    for path in PACKAGE:
+        tree = ast.parse(path.read_text())
+        offenders += [
+            f'{path.name}: global {", ".join(node.names)}'
+            for node in ast.walk(tree) if isinstance(node, ast.Global)
+        ]
+        if path.parent.name != 'stats' and path.name != 'training_stats.py':
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(
+                    node.value, (ast.List, ast.Dict, ast.Set, ast.ListComp,
+                                 ast.DictComp, ast.SetComp)):
+                if getattr(node, 'targets', [None])[0] is not None and any(
+                        isinstance(t, ast.Name) and t.id == '__all__'
+                        for t in node.targets):
+                    continue
+                offenders.append(f'{path.name}:{node.lineno}')
+    assert not offenders, offenders

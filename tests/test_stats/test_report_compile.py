@@ -138,6 +138,12 @@ from mmstats.stats import Collector, report
 assert 'torch._dynamo' not in sys.modules, 'import mmstats imported dynamo'
 after = list(torch.serialization.get_safe_globals())
 assert after == before, [g for g in after if g not in before]
+try:  # the op is defined by the first trace, not by the import
+    torch.ops.mmstats.report
+except AttributeError:
+    pass
+else:
+    raise AssertionError('import mmstats defined mmstats::report')
 
 def step(x, lr):
     report('x', x * 2)
