@@ -50,7 +50,7 @@ def test_the_check_sees_relative_imports(tmp_path):
     assert imported_modules(fake) == ['mmstats.hooks', 'mmengine.runner']
 
 
-# -- import circles ------------------------------------------------------------
+# -- import circles ---------------------------------------------------------
 PACKAGE = sorted(ROOT.rglob('*.py'))
 
 
@@ -66,7 +66,8 @@ def import_graph(paths: list) -> dict:
     modules = {module_name(p): p for p in paths}
     graph = {}
     for name, path in modules.items():
-        package = name if path.name == '__init__.py' else name.rsplit('.', 1)[0]
+        package = name if path.name == '__init__.py' else name.rsplit('.',
+                                                                      1)[0]
         edges = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -125,8 +126,11 @@ def circles(graph: dict) -> list:
 def test_no_import_circle_in_mmstats():
     graph = import_graph(PACKAGE)
     graph = {
-        name: {t for t in edges if not (ROOT.parent / t.replace('.', '/')
-                                       / '__init__.py').exists()}
+        name: {
+            t
+            for t in edges if not (ROOT.parent / t.replace('.', '/') /
+                                   '__init__.py').exists()
+        }
         for name, edges in graph.items()
         if not (ROOT.parent / name.replace('.', '/') / '__init__.py').exists()
     }
@@ -149,7 +153,7 @@ def test_the_circle_check_finds_a_circle(tmp_path):
     assert circles(graph) == [['mmstats.stats.a', 'mmstats.stats.b']]
 
 
-# -- process state -------------------------------------------------------------
+# -- process state ----------------------------------------------------------
 def test_no_module_keeps_state_in_globals():
     """State has one owner: no ``global`` statement anywhere in mmstats,
     and the report side (``stats/``, ``training_stats``) keeps no module

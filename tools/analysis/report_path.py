@@ -17,9 +17,10 @@ Prints the files in the order the value enters them, and:
 * ``switches``: calls from one mmstats file into another (a call from
   outside mmstats, e.g. mmengine's hook loop, counts from the last mmstats
   file on the stack);
-* ``returns``: switches into a file the value had already left, not
-  counting the hook's own file (the hook is the orchestrator: it calls
-  the collector, then formats).
+* ``returns``: switches into a file the same window had already entered
+  (the call chain running back up, or coming back to a file it left),
+  except calls made by the hook's own file: the hook orchestrates (it
+  asks the schedule, the collector, then formats).
 
 Usage: ``python tools/analysis/report_path.py [--verbose]``
 """
@@ -67,6 +68,7 @@ class _Tracer:
 
     def __init__(self) -> None:
         self.calls: List[Tuple[str, str, Optional[str]]] = []
+        self.windows: List[int] = []  # where each window's calls start
 
     def __call__(self, frame, event: str, arg) -> None:
         if event != 'call':
@@ -86,6 +88,7 @@ class _Tracer:
         """``fn`` with its calls recorded."""
 
         def traced(*args, **kwargs):
+            self.windows.append(len(self.calls))
             sys.setprofile(self)
             try:
                 return fn(*args, **kwargs)
@@ -96,31 +99,39 @@ class _Tracer:
 
 
 def _short(path: str) -> str:
+    """``mmstats/...`` of a file of the package."""
     return os.path.relpath(path, os.path.dirname(PACKAGE))
 
 
-def measure(calls: List[Tuple[str, str, Optional[str]]],
+def measure(calls: List[Tuple[str, str, Optional[str]]], windows: List[int],
             hook_file: str) -> dict:
     """The path's counts (see the module docstring)."""
     order: List[str] = []
     switches, returns = 0, 0
-    left: set = set()
-    current: Optional[str] = None
-    for path, _, caller in calls:
-        caller = caller or current
-        if path not in order:
-            order.append(path)
-        if caller is not None and caller != path:
-            switches += 1
-            left.add(caller)
-            if path in left and path != hook_file:
-                returns += 1
-        current = path
+    bounds = windows + [len(calls)]
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        entered: set = set()
+        current: Optional[str] = None
+        for path, _, caller in calls[start:end]:
+            caller = caller or current
+            if path not in order:
+                order.append(path)
+            if caller is not None and caller != path:
+                switches += 1
+                if path in entered and caller != hook_file:
+                    returns += 1
+            entered.add(path)
+            current = path
+    # comprehensions are functions of their own before Python 3.12
+    anonymous = ('<listcomp>', '<genexpr>', '<dictcomp>', '<setcomp>',
+                 '<lambda>')
+    functions = {(p, f)
+                 for p, f, _ in calls
+                 if not f.rpartition('.')[2].startswith(anonymous)}
     return dict(
         order=order,
         files=len(order),
-        functions=len({(p, f)
-                       for p, f, _ in calls}),
+        functions=len(functions),
         switches=switches,
         returns=returns)
 
@@ -181,7 +192,7 @@ def run(verbose: bool = False) -> dict:
 
         hook.after_train_iter = after_train_iter
         runner.train()
-    result = measure(tracer.calls, hook_file)
+    result = measure(tracer.calls, tracer.windows, hook_file)
     if verbose:
         for path, fn, caller in tracer.calls:
             print(f'  {caller or "-":40} -> {path}:{fn}')
