@@ -228,7 +228,9 @@ class PendingStore:
             ValueError: a number is beyond the float64 range.
         """
         tp = type(value)
-        with self.lock:
+        lock = self.lock  # acquire/release: cheaper than ``with`` here
+        lock.acquire()
+        try:
             if tp is float:  # the fast path: one append
                 nums = self.numbers.get(name)
                 if nums is None:
@@ -241,6 +243,8 @@ class PendingStore:
                 self._add_tensor(name, value)
             else:
                 self._add_other(name, value)
+        finally:
+            lock.release()
 
     def add_name(self, name: str) -> None:
         """Register ``name`` without a value (it is published, ``num=0``)."""
