@@ -189,9 +189,10 @@ def test_report_side_state_is_written_from_two_modules():
         if path in owners:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = (node.targets if isinstance(node, ast.Assign) else
-                       [node.target] if isinstance(
-                           node, (ast.AugAssign, ast.AnnAssign)) else [])
+            targets = (
+                node.targets if isinstance(node, ast.Assign) else
+                [node.target] if isinstance(node, (ast.AugAssign,
+                                                   ast.AnnAssign)) else [])
             for target in targets:
                 text = ast.unparse(target)
                 if text.startswith('REPORTER.') or '.store.' in text or (

@@ -21,8 +21,8 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Runs in a subprocess whose sys.path starts with one tree.
 _MEASURE = r'''
@@ -94,9 +94,7 @@ def main() -> None:
                                  cwd=ROOT,
                                  capture_output=True,
                                  check=True).stdout
-        subprocess.run(['tar', '-x', '-C', before],
-                       input=archive,
-                       check=True)
+        subprocess.run(['tar', '-x', '-C', before], input=archive, check=True)
         runs = {'before': [], 'after': []}
         for _ in range(args.rounds):  # alternate: the same load for both
             runs['before'].append(measure(before))
