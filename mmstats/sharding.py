@@ -33,8 +33,8 @@ from torch import Tensor, nn
 from mmstats.dist import get_rank, get_world_size
 
 __all__ = [
-    'ParamPart', 'ParamLayout', 'sum_squares', 'is_sharded', 'forward_modules',
-    'reshard'
+    'ParamPart', 'ParamLayout', 'sum_squares', 'is_sharded', 'unwrap_model',
+    'forward_modules', 'reshard'
 ]
 
 
@@ -377,8 +377,30 @@ def is_sharded(model: nn.Module) -> bool:
         for p in model.parameters())
 
 
+def unwrap_model(model: Any) -> nn.Module:
+    """The user's module inside every wrapper of ``model``: mmengine's model
+    wrappers (``MMDistributedDataParallel``, ``MMFullyShardedDataParallel``,
+    the DeepSpeed engine wrapper, any registered in ``MODEL_WRAPPERS``),
+    ``DistributedDataParallel``, ``DataParallel`` and FSDP1 are stripped.
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Linear(2, 2)
+        >>> unwrap_model(nn.DataParallel(net)) is net
+        True
+    """
+    from mmengine.model import is_model_wrapper
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    wrappers = (nn.parallel.DistributedDataParallel, nn.DataParallel,
+                FullyShardedDataParallel)
+    while is_model_wrapper(model) or isinstance(model, wrappers):
+        model = model.module
+    return model
+
+
 def forward_modules(model: nn.Module) -> Tuple[nn.Module, nn.Module]:
-    """The module to run forwards through and the user's module inside it.
+    """The module to run forwards through and the user's module inside it
+    (:func:`unwrap_model`).
 
     Wrappers whose forward only adds collectives for training (DDP,
     ``DataParallel``, mmengine's wrappers of them) are stripped; an FSDP1
@@ -398,11 +420,7 @@ def forward_modules(model: nn.Module) -> Tuple[nn.Module, nn.Module]:
     while not isinstance(outer, FullyShardedDataParallel) and (
             is_model_wrapper(outer) or isinstance(outer, replicas)):
         outer = outer.module
-    inner = outer
-    while is_model_wrapper(inner) or isinstance(
-            inner, replicas + (FullyShardedDataParallel, )):
-        inner = inner.module
-    return outer, inner
+    return outer, unwrap_model(outer)
 
 
 def reshard(model: Any) -> None:
