@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from mmstats.dist import get_rank, get_world_size, host_group, sum_all_reduce
 from mmstats.sharding import forward_modules, is_sharded, reshard
 from mmstats.stats import suspend_reporting
-from mmstats.utils.args import check_choice, check_positive_int
+from mmstats.utils.args import check_bool, check_choice, check_positive_int
 from .batches import prepare_batch
 from .estimators import ESTIMATORS
 from .layers import find_layers
@@ -355,10 +355,7 @@ def update_bn_stats(model: nn.Module,
         True
     """
     check_args(num_samples, estimator)
-    if type(progress) is not bool:  # types, not truthiness: 0, 1.0, 'no'
-        raise TypeError('update_bn_stats: progress must be True or False, '
-                        f'got {progress!r} of type {type(progress).__name__};'
-                        ' write progress=True or progress=False')
+    check_bool('update_bn_stats', 'progress', progress)  # not truthiness
     if forward_context is not None and not callable(forward_context):
         raise TypeError('update_bn_stats: forward_context must be None or a '
                         'callable returning a context manager (e.g. '
