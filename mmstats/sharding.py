@@ -50,6 +50,14 @@ class ParamPart:
             (a view, possibly empty).
         grad (Callable[[], Optional[Tensor]]): Returns the local part of the
             gradient, or None when there is none.
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Linear(2, 1)
+        >>> part = ParamPart(net, True, net.weight, lambda: net.weight,
+        ...                  lambda: net.weight.grad)
+        >>> part.weight().shape, part.grad()
+        (torch.Size([1, 2]), None)
     """
 
     __slots__ = ('module', 'trainable', 'optim_key', 'weight', 'grad')
@@ -428,7 +436,12 @@ def reshard(model: Any) -> None:
     leave behind, so ``model`` is as sharded as a training step leaves it:
     FSDP2 units are resharded, and a DeepSpeed ZeRO-3 engine (``model`` or
     mmengine's wrapper of it) empties its partition cache (its prefetching
-    keeps every parameter gathered until a backward otherwise)."""
+    keeps every parameter gathered until a backward otherwise).
+
+    Example:
+        >>> from torch import nn
+        >>> reshard(nn.Linear(2, 2))  # not sharded: nothing to free
+    """
     from torch.distributed.fsdp import FSDPModule
     engine = model if hasattr(model, 'empty_partition_cache') else getattr(
         model, 'model', None)

@@ -455,7 +455,12 @@ _graph_task_id = getattr(torch._C, '_current_graph_task_id', None)
 
 def in_backward() -> bool:
     """Whether the autograd engine is running a backward pass on this
-    thread (where activation checkpointing recomputes forwards)."""
+    thread (where activation checkpointing recomputes forwards).
+
+    Example:
+        >>> in_backward()  # a forward, or no pass at all
+        False
+    """
     return _graph_task_id is not None and _graph_task_id() != -1
 
 
@@ -470,6 +475,20 @@ class ActivationProbes:
         modules (dict[str, nn.Module]): The modules by name.
         prefix (str): Outputs of module ``name`` are reported as
             ``<prefix>/<name>/act``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from mmstats import Collector
+        >>> net = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+        >>> collector = Collector('acts/.*')
+        >>> probes = ActivationProbes({'0': net[0]}, 'acts')
+        >>> probes.armed = True
+        >>> _ = net(torch.ones(4, 3))  # 4 x 2 output values reported
+        >>> probes.remove()
+        >>> collector.update()
+        >>> collector.num('acts/0/act')
+        8.0
     """
 
     def __init__(self, modules: Dict[str, nn.Module], prefix: str) -> None:
@@ -532,6 +551,25 @@ class StepProbe:
         stats (Sequence[str]): Which of ``grad_norm`` and ``update_ratio``
             to take.
         device (torch.device): Where the sums live.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from mmengine.optim import OptimWrapper
+        >>> from mmstats.sharding import ParamLayout
+        >>> net = nn.Linear(2, 1, bias=False)
+        >>> wrapper = OptimWrapper(torch.optim.SGD(net.parameters(), lr=1.))
+        >>> parts = [((0, ), part) for part in ParamLayout(net).parts]
+        >>> probe = StepProbe(wrapper, parts, 1, ['grad_norm'],
+        ...                   torch.device('cpu'))
+        >>> probe.begin_iteration(armed=True)
+        >>> net(torch.ones(1, 2)).sum().backward()  # gradient (1, 1)
+        >>> wrapper.step()
+        >>> _ = probe.end_iteration()
+        >>> squares, present = probe.take()
+        >>> round(squares[GRAD, 0].item(), 9), present  # squares: 1 + 1
+        (2.0, [0])
+        >>> probe.remove()
     """
 
     def __init__(self, optim_wrapper: OptimWrapper,
@@ -696,9 +734,17 @@ class StepProbe:
         self.cost += time.perf_counter() - start
 
 
-def floating_tensors(output) -> List[torch.Tensor]:
+def floating_tensors(output: Any) -> List[torch.Tensor]:
     """The floating-point tensors of a module's output (tensor, tuple, list
-    or dict, nested)."""
+    or dict, nested).
+
+    Example:
+        >>> import torch
+        >>> out = {'logits': torch.ones(2), 'ids': torch.arange(2),
+        ...        'aux': [torch.zeros(3)]}
+        >>> [t.shape[0] for t in floating_tensors(out)]
+        [2, 3]
+    """
     if isinstance(output, torch.Tensor):
         return [output] if output.is_floating_point() else []
     if isinstance(output, dict):

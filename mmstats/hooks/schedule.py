@@ -9,7 +9,7 @@ line always shows the statistics of the iterations it covers (see
 ``docs/logging.md``); ModuleStatsHook arms its probes on the same
 iterations, PreciseBNHook puts its values on the line LoggerHook writes.
 """
-from typing import Any, Optional, Type, TypeVar
+from typing import Optional, Type, TypeVar
 
 from mmengine.hooks import Hook, LoggerHook
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
@@ -84,7 +84,7 @@ class PublicationSchedule:
         >>> [i for i in range(10) if schedule.publishes_after(runner, i)]
         [2, 3, 5, 7, 8, 9]
         >>> [i for i in range(10) if schedule.logs_after(runner, i)]
-        [3, 7, 9]
+        [3, 7]
     """
 
     def __init__(self,
@@ -133,7 +133,7 @@ class PublicationSchedule:
                 and batch_idx + 1 == runner.max_iters)
 
 
-def logs_train_line(runner: Any, batch_idx: int, interval: int,
+def logs_train_line(runner: Runner, batch_idx: int, interval: int,
                     ignore_last: bool) -> bool:
     """Whether a LoggerHook with ``interval`` and ``ignore_last`` writes a
     training line after iteration ``batch_idx``.

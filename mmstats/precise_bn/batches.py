@@ -10,7 +10,15 @@ __all__ = ['count_samples', 'prepare_batch']
 
 
 def count_samples(inputs: Any) -> int:
-    """Samples in a batch: first dim of a tensor or length of a list."""
+    """Samples in a batch: first dim of a tensor or length of a list.
+
+    Example:
+        >>> import torch
+        >>> count_samples(torch.zeros(8, 3)), count_samples([1, 2, 3])
+        (8, 3)
+        >>> count_samples({'inputs': torch.zeros(5, 2), 'labels': [0]})
+        5
+    """
     if isinstance(inputs, Tensor):
         return int(inputs.shape[0]) if inputs.dim() > 0 else 1
     if isinstance(inputs, (list, tuple)):
@@ -46,6 +54,14 @@ def prepare_batch(model: nn.Module, batch: Any,
         tuple: ``(args, kwargs, samples)``; the forward is
         ``model(*args, **kwargs)`` (called through the wrapper that shards
         ``model``, if any).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> args, kwargs, samples = prepare_batch(
+        ...     nn.Linear(3, 2), (torch.zeros(4, 3), torch.zeros(4)), None)
+        >>> args[0].shape, kwargs, samples
+        (torch.Size([4, 3]), {}, 4)
     """
     if isinstance(model, BaseModel):
         data = model.data_preprocessor(batch, False)

@@ -33,7 +33,18 @@ _TOO_SMALL = 'Expected more than 1 value per channel'
 @contextmanager
 def preserve_rng_state() -> Iterator[None]:
     """Restore the python, numpy, torch CPU (and initialised CUDA) random
-    states on exit (``torch.random.fork_rng`` for torch's)."""
+    states on exit (``torch.random.fork_rng`` for torch's).
+
+    Example:
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> with preserve_rng_state():
+        ...     _ = torch.rand(3)  # the recomputation draws numbers
+        >>> after = torch.rand(1)
+        >>> _ = torch.manual_seed(0)
+        >>> bool(torch.equal(after, torch.rand(1)))  # as if none were drawn
+        True
+    """
     py_state, np_state = random.getstate(), np.random.get_state()
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     devices = list(range(torch.cuda.device_count())) if cuda else []
@@ -51,7 +62,14 @@ def check_args(num_samples: Any,
     """Validate ``num_samples`` (a positive int) and ``estimator`` (a key of
     :data:`ESTIMATORS`); ``owner`` is named in the error message. A wrong
     type raises TypeError, a wrong value ValueError
-    (:mod:`mmstats.utils.args`)."""
+    (:mod:`mmstats.utils.args`).
+
+    Example:
+        >>> check_args(8192, 'population')  # passes
+        >>> check_args(0, 'population')  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: update_bn_stats: num_samples must be a positive int ...
+    """
     check_positive_int(
         owner,
         'num_samples',
