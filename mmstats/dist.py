@@ -1,5 +1,6 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""scaled_all_reduce: the coalesced, in-place cross-rank average.
+"""The cross-rank helpers: scaled_all_reduce (the coalesced, in-place
+average), sum_all_reduce, host_group and slowest_rank.
 
 Rank, world size and "is distributed" come from :mod:`mmengine.dist`
 (re-exported here for convenience): they work with and without a process
@@ -9,13 +10,14 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
-from mmengine.dist import get_rank, get_world_size, is_distributed
+from mmengine.dist import (all_reduce, get_comm_device, get_rank,
+                           get_world_size, is_distributed)
 from torch import Tensor
 from torch._utils import _flatten_dense_tensors
 
 __all__ = [
     'is_distributed', 'get_world_size', 'get_rank', 'scaled_all_reduce',
-    'sum_all_reduce', 'host_group'
+    'sum_all_reduce', 'host_group', 'slowest_rank'
 ]
 
 
@@ -170,3 +172,25 @@ def host_group(group: Optional[object] = None) -> Optional[object]:
         ranks = None if group is None else dist.get_process_group_ranks(group)
         _HOST_GROUPS[key] = dist.new_group(ranks=ranks, backend='gloo')
     return _HOST_GROUPS[key]
+
+
+def slowest_rank(seconds: float) -> Optional[int]:
+    """The rank whose ``seconds`` is the largest (the lowest such rank on a
+    tie, at microsecond resolution), the same on every rank; None without
+    distribution.
+
+    One 1-element int64 all_reduce MAX of ``microseconds * world + (world -
+    1 - rank)``: the cost does not grow with the world size.
+
+    Example:
+        >>> from mmstats.dist import slowest_rank
+        >>> slowest_rank(0.25) is None  # not distributed; every rank calls it
+        True
+    """
+    world = get_world_size()
+    if world == 1:
+        return None
+    key = int(round(seconds * 1e6)) * world + (world - 1 - get_rank())
+    largest = torch.tensor([key], dtype=torch.int64, device=get_comm_device())
+    all_reduce(largest, op='max')
+    return world - 1 - int(largest) % world

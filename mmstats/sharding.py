@@ -33,8 +33,8 @@ from torch import Tensor, nn
 from mmstats.dist import get_rank, get_world_size
 
 __all__ = [
-    'ParamPart', 'ParamLayout', 'sum_squares', 'is_sharded', 'forward_modules',
-    'reshard'
+    'ParamPart', 'ParamLayout', 'sum_squares', 'is_sharded', 'unwrap_model',
+    'forward_modules', 'reshard'
 ]
 
 
@@ -50,6 +50,14 @@ class ParamPart:
             (a view, possibly empty).
         grad (Callable[[], Optional[Tensor]]): Returns the local part of the
             gradient, or None when there is none.
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Linear(2, 1)
+        >>> part = ParamPart(net, True, net.weight, lambda: net.weight,
+        ...                  lambda: net.weight.grad)
+        >>> part.weight().shape, part.grad()
+        (torch.Size([1, 2]), None)
     """
 
     __slots__ = ('module', 'trainable', 'optim_key', 'weight', 'grad')
@@ -377,8 +385,30 @@ def is_sharded(model: nn.Module) -> bool:
         for p in model.parameters())
 
 
+def unwrap_model(model: Any) -> nn.Module:
+    """The user's module inside every wrapper of ``model``: mmengine's model
+    wrappers (``MMDistributedDataParallel``, ``MMFullyShardedDataParallel``,
+    the DeepSpeed engine wrapper, any registered in ``MODEL_WRAPPERS``),
+    ``DistributedDataParallel``, ``DataParallel`` and FSDP1 are stripped.
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Linear(2, 2)
+        >>> unwrap_model(nn.DataParallel(net)) is net
+        True
+    """
+    from mmengine.model import is_model_wrapper
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    wrappers = (nn.parallel.DistributedDataParallel, nn.DataParallel,
+                FullyShardedDataParallel)
+    while is_model_wrapper(model) or isinstance(model, wrappers):
+        model = model.module
+    return model
+
+
 def forward_modules(model: nn.Module) -> Tuple[nn.Module, nn.Module]:
-    """The module to run forwards through and the user's module inside it.
+    """The module to run forwards through and the user's module inside it
+    (:func:`unwrap_model`).
 
     Wrappers whose forward only adds collectives for training (DDP,
     ``DataParallel``, mmengine's wrappers of them) are stripped; an FSDP1
@@ -398,11 +428,7 @@ def forward_modules(model: nn.Module) -> Tuple[nn.Module, nn.Module]:
     while not isinstance(outer, FullyShardedDataParallel) and (
             is_model_wrapper(outer) or isinstance(outer, replicas)):
         outer = outer.module
-    inner = outer
-    while is_model_wrapper(inner) or isinstance(
-            inner, replicas + (FullyShardedDataParallel, )):
-        inner = inner.module
-    return outer, inner
+    return outer, unwrap_model(outer)
 
 
 def reshard(model: Any) -> None:
@@ -410,7 +436,12 @@ def reshard(model: Any) -> None:
     leave behind, so ``model`` is as sharded as a training step leaves it:
     FSDP2 units are resharded, and a DeepSpeed ZeRO-3 engine (``model`` or
     mmengine's wrapper of it) empties its partition cache (its prefetching
-    keeps every parameter gathered until a backward otherwise)."""
+    keeps every parameter gathered until a backward otherwise).
+
+    Example:
+        >>> from torch import nn
+        >>> reshard(nn.Linear(2, 2))  # not sharded: nothing to free
+    """
     from torch.distributed.fsdp import FSDPModule
     engine = model if hasattr(model, 'empty_partition_cache') else getattr(
         model, 'model', None)

@@ -48,7 +48,7 @@ BUGS = [
         ('tests/test_hooks/test_precise_bn_hook.py', )),
     Bug(
         'B5', "the user's custom_cfg overridden",
-        'mmstats/hooks/log_rhythm.py',
+        'mmstats/hooks/stats_collector_hook.py',
         "if re.search(processor.mean_pattern, key) and not any(\n"
         "            cfg.get('data_src') == key for cfg in "
         "processor.custom_cfg):", 'if re.search(processor.mean_pattern, key):',
@@ -78,15 +78,15 @@ BUGS = [
         'B10', "ModuleStatsHook follows LoggerHook's interval, not the "
         "collector's", 'mmstats/hooks/module_stats_hook.py',
         'return self._collector_hook.publishes_after(runner, batch_idx)',
-        'return train_publication(runner, batch_idx, self._logger.interval,'
-        ' self._logger)[0]',
+        'return PublicationSchedule(runner, at_last_iter=False).'
+        'publishes_after(runner, batch_idx)',
         ('tests/test_hooks/test_module_stats_rhythm.py', )),
     Bug(
         'B11', "ModuleStatsHook ignores the collector's by_epoch",
         'mmstats/hooks/module_stats_hook.py',
         'return self._collector_hook.publishes_after(runner, batch_idx)',
-        'return train_publication(runner, batch_idx, self._collector_hook.'
-        'interval or 10, self._logger)[0]',
+        'return PublicationSchedule(runner, self._collector_hook.interval, '
+        'at_last_iter=False).publishes_after(runner, batch_idx)',
         ('tests/test_hooks/test_module_stats_rhythm.py', )),
     # B12 loses rank 0's failure only: the header of every other rank, and
     # so the "failed on rank N" message, stays right (the old plant,
@@ -147,7 +147,7 @@ BUGS = [
         'self.recorder.counts[:] = [0] * len(self.recorder.counts)', 'pass',
         ('tests/test_precise_bn/test_recorder.py', )),
     Bug('B22', 'the slowest rank chosen by time instead of data_time',
-        'mmstats/hooks/log_rhythm.py', "if key == 'data_time':",
+        'mmstats/hooks/stats_collector_hook.py', "if key == 'data_time':",
         "if key == 'time':",
         ('tests/test_hooks/test_stats_collector_hook.py', )),
     # sharded training (issue 25)
@@ -165,7 +165,8 @@ BUGS = [
     Bug('S4', 'an empty shard counted as "no gradient" (names differ)',
         'mmstats/sharding.py', 'return None if whole_grad() is None else '
         'empty', 'return None', ('tests/test_sharded.py', )),
-    Bug('S5', 'gradients read after clipping', 'mmstats/hooks/module_steps.py',
+    Bug('S5', 'gradients read after clipping',
+        'mmstats/hooks/module_stats_hook.py',
         "if getattr(optim_wrapper, 'clip_grad_kwargs', None):", 'if False:',
         ('tests/test_hooks/test_module_stats_clip.py', )),
     Bug('S6', 'ZeRO-3 partitions read with their padding',

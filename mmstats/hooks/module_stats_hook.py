@@ -1,32 +1,80 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """ModuleStatsHook: per-module activation, gradient and update statistics
 on the iterations that end a publication interval (``docs/module_stats.md``).
+
+Its parts, in this file:
+
+**Activation probes** (:class:`ActivationProbes`): forward hooks registered
+once, before ``torch.compile`` traces the model, and switched at run time.
+
+torch.compile ignores module hooks added after the first compilation
+(``skip_nnmodule_hook_guards``), so the hooks cannot come and go with the
+instrumented iterations. They are registered in ``before_train`` and stay:
+
+- eagerly, a hook reads :attr:`ActivationProbes.armed` (a Python bool) and
+  returns at once when it is off;
+- while dynamo traces, a hook puts one side-effectful custom op per output
+  tensor into the graph, ``mmstats::module_act(Tensor value, int probes,
+  str name) -> ()``; its kernel (eager Python, run where the graph runs)
+  reads the flag. Dynamo guards on nothing of mmstats: arming never
+  recompiles.
+
+The recomputation of ``torch.utils.checkpoint`` (both variants) runs the
+forward again inside the backward pass: those outputs are not recorded
+(:func:`in_backward`), so every output element counts once.
+See ``docs/module_stats.md``.
+
+**Step probes** (:class:`StepProbe`): sums of squares of gradients and
+updates, taken from torch's optimizer step hooks, one probe per optimizer.
+
+``Optimizer.register_step_pre_hook`` runs right before the parameters are
+updated: after DDP's / FSDP's reduction and, under a ``GradScaler``, after
+``unscale_`` (``GradScaler.step`` unscales, then calls ``optimizer.step``
+only if every gradient is finite). A step the scaler skips calls neither
+hook, so its gradients never reach the statistics; it is counted instead.
+Gradients are read *before clipping*: where the wrapper clips
+(``clip_grad``), at its ``_clip_grad`` (gradients already unscaled), and
+kept only if the step then happens. DeepSpeed's ZeRO optimizers have no
+step hooks: for a ``DeepSpeedOptimWrapper`` the probe wraps its ``step``
+(the engine's gradients are reduced, partitioned and unclipped until
+``engine.step()``), at gradient accumulation boundaries.
+
+The probe keeps per-segment sums of squares of the *local* parts of the
+parameters (:mod:`mmstats.sharding`); ModuleStatsHook reduces them over the
+ranks (sharded models) and reports the norms. The hooks are registered once
+in ``before_train`` and run eagerly even inside a compiled ``train_step``
+(``torch.compiler.disable``: dynamo breaks the graph there and guards on
+nothing of them).
 """
-import re
+import itertools
 import time
-from typing import Dict, List, Optional, Sequence, Union
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapper, OptimWrapperDict
-from mmengine.runner import Runner
-from torch import nn
+from mmengine.runner import EpochBasedTrainLoop, Runner
+from torch import Tensor, nn
+from torch.fx.node import has_side_effect
 
 from mmstats.registry import HOOKS
-from mmstats.sharding import ParamLayout, sum_squares
+from mmstats.sharding import ParamLayout, ParamPart, sum_squares, unwrap_model
 from mmstats.stats import report
-from mmstats.utils.args import check_str
-from .log_rhythm import (find_logger_hook, last_step_before_publication,
-                         train_publication)
-from .module_act import ActivationProbes, in_backward
-from .module_steps import BEFORE, GRAD, UPDATE, StepProbe
-from .stats_collector_hook import DEFAULT_INTERVAL, StatsCollectorHook
+from mmstats.utils.args import check_names, check_str, compile_regex
+from .schedule import PublicationSchedule, find_hook
+from .stats_collector_hook import StatsCollectorHook
 from .strategies import refuse_unchecked_strategy
 
+__all__ = [
+    'ModuleStatsHook', 'MODULE_STATS', 'ActivationProbes', 'StepProbe',
+    'in_backward', 'floating_tensors'
+]
+
 DATA_BATCH = Optional[Union[dict, tuple, list]]
+OWNER = 'ModuleStatsHook'
 MODULE_STATS = ('act', 'grad_norm', 'weight_norm', 'update_ratio')
 
 
@@ -99,32 +147,25 @@ class ModuleStatsHook(Hook):
                  modules: str,
                  stats: Sequence[str] = MODULE_STATS,
                  prefix: str = 'modules') -> None:
-        if not isinstance(modules, str) or not modules:
-            raise TypeError('ModuleStatsHook: modules must be a non-empty '
-                            'regular expression (str) matched against the '
-                            f"model's module names, got {modules!r}")
-        try:
-            self.pattern = re.compile(modules)
-        except re.error as e:
-            raise ValueError(f'ModuleStatsHook: modules={modules!r} is not a '
-                             f'valid regular expression ({e})') from None
-        what = (f'a non-empty list of {MODULE_STATS}, e.g. '
-                'stats=("act", "grad_norm")')
-        if isinstance(stats, str) or not isinstance(stats, Sequence):
-            raise TypeError(f'ModuleStatsHook: stats must be {what}, got '
-                            f'{stats!r} of type {type(stats).__name__}')
-        if not stats or not set(stats) <= set(MODULE_STATS):
-            raise ValueError(
-                f'ModuleStatsHook: stats must be {what}, got {stats!r}')
-        check_str('ModuleStatsHook', 'prefix', prefix, 'modules')
+        check_str(OWNER, 'modules', modules, r'backbone\.layer\d')
+        self.pattern = compile_regex(
+            OWNER,
+            'modules',
+            modules,
+            hint='; give modules= a valid regular expression matched '
+            "(re.fullmatch) against the model's module names")
+        self.stats = check_names(
+            OWNER, 'stats', stats, MODULE_STATS.__contains__,
+            f'a non-empty list of {MODULE_STATS}, e.g. '
+            'stats=("act", "grad_norm")')
+        check_str(OWNER, 'prefix', prefix, 'modules')
         self.modules = modules
-        self.stats = tuple(stats)
         self.prefix = prefix
         # built in before_train
         self.targets: Dict[str, nn.Module] = {}
         self._collector_hook: Optional[StatsCollectorHook] = None
-        self._logger = None
-        self._interval = DEFAULT_INTERVAL
+        # the rule without a StatsCollectorHook
+        self._schedule: Optional[PublicationSchedule] = None
         self._acts: Optional[ActivationProbes] = None
         self._steps: List[StepProbe] = []
         self._totals: List[str] = []  # total_grad_norm name per probe
@@ -138,12 +179,14 @@ class ModuleStatsHook(Hook):
     # -- setup -----------------------------------------------------------
     def before_run(self, runner: Runner) -> None:
         """Refuse a strategy whose numbers were never checked."""
-        refuse_unchecked_strategy(runner, 'ModuleStatsHook')
+        refuse_unchecked_strategy(runner, OWNER)
 
-    def before_train(self, runner) -> None:
+    def before_train(self, runner: Runner) -> None:
+        """Find the target modules and the publication rule; register the
+        forward and optimizer step hooks (before ``compile=True`` compiles
+        ``train_step``), disarmed."""
         self.remove()  # a second runner.train()
-        model = runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
+        model = unwrap_model(runner.model)
         self.targets = {
             name: module
             for name, module in model.named_modules()
@@ -157,13 +200,11 @@ class ModuleStatsHook(Hook):
                 f'ModuleStatsHook: modules={self.modules!r} matches no '
                 f'module name of {type(model).__name__} (re.fullmatch); '
                 f'its modules are: {shown}')
-        self._collector_hook = next(
-            (h for h in runner.hooks if isinstance(h, StatsCollectorHook)),
-            None)
-        self._logger = find_logger_hook(runner)
+        self._collector_hook = find_hook(runner, StatsCollectorHook)
+        self._schedule = None
         if self._collector_hook is None:
-            if self._logger is not None:
-                self._interval = self._logger.interval
+            # LoggerHook's lines: no publication of its own at the end
+            self._schedule = PublicationSchedule(runner, at_last_iter=False)
             print_log(
                 'ModuleStatsHook: no StatsCollectorHook in custom_hooks: '
                 'the statistics are reported but only a Collector of yours '
@@ -220,30 +261,31 @@ class ModuleStatsHook(Hook):
                 del self._steps[index], self._totals[index]
 
     # -- when ------------------------------------------------------------
-    def publishes_after(self, runner, batch_idx: int) -> bool:
+    def publishes_after(self, runner: Runner, batch_idx: int) -> bool:
         """Whether the statistics are published after training iteration
         ``batch_idx``: StatsCollectorHook's rule (it owns it), or without
         one LoggerHook's lines."""
         if self._collector_hook is not None:
             return self._collector_hook.publishes_after(runner, batch_idx)
-        return train_publication(runner, batch_idx, self._interval,
-                                 self._logger)[0]
+        return self._schedule.publishes_after(runner, batch_idx)
 
-    def _steps_armed(self, runner, batch_idx: int,
+    def _steps_armed(self, runner: Runner, batch_idx: int,
                      optim_wrapper: OptimWrapper) -> bool:
         """Whether the gradient statistics are taken at this iteration's
         optimizer step: the last step up to a publication."""
         if getattr(optim_wrapper, '_accumulative_counts',
                    1) == 1:  # steps every time (DeepSpeed: at boundaries)
             return self._publishes
-        return last_step_before_publication(runner, batch_idx, optim_wrapper,
-                                            self.publishes_after)
+        return _last_step_before_publication(runner, batch_idx, optim_wrapper,
+                                             self.publishes_after)
 
     # -- instrumentation -------------------------------------------------
     def before_train_iter(self,
-                          runner,
+                          runner: Runner,
                           batch_idx: int,
                           data_batch: DATA_BATCH = None) -> None:
+        """Arm the probes on an iteration the statistics are published
+        after (the step probes: on the last optimizer step up to it)."""
         start = time.perf_counter()
         self._publishes = self.publishes_after(runner, batch_idx)
         for probe in self._steps:
@@ -255,10 +297,12 @@ class ModuleStatsHook(Hook):
             self._cost += time.perf_counter() - start
 
     def after_train_iter(self,
-                         runner,
+                         runner: Runner,
                          batch_idx: int,
                          data_batch: DATA_BATCH = None,
                          outputs: Optional[dict] = None) -> None:
+        """Disarm; on a publishing iteration report the norms, the skipped
+        AMP steps and the instrumentation's cost."""
         start = time.perf_counter()
         for probe in self._steps:
             self._skipped += probe.end_iteration()
@@ -278,7 +322,8 @@ class ModuleStatsHook(Hook):
         report(f'{self.prefix}/instrument_ms', self._cost * 1e3)
         self._cost = 0.0
 
-    def after_train(self, runner) -> None:
+    def after_train(self, runner: Runner) -> None:
+        """Remove every forward and optimizer step hook."""
         self.remove()
 
     def remove(self) -> None:
@@ -332,7 +377,7 @@ class ModuleStatsHook(Hook):
                        weights[segment])
 
 
-def _deepspeed(wrapper, stats: Sequence[str]) -> bool:
+def _deepspeed(wrapper: Any, stats: Sequence[str]) -> bool:
     """Whether ``wrapper`` is mmengine's DeepSpeedOptimWrapper whose
     gradients the hook can read (unscaled: not under DeepSpeed's fp16
     loss scaling); warns where it cannot."""
@@ -356,3 +401,354 @@ def _deepspeed(wrapper, stats: Sequence[str]) -> bool:
             'current',
             level=30)
     return True
+
+
+def _last_step_before_publication(runner: Runner, batch_idx: int,
+                                  optim_wrapper: OptimWrapper,
+                                  publishes_after: Callable[[Runner, int],
+                                                            bool]) -> bool:
+    """Whether the optimizer steps in training iteration ``batch_idx`` and
+    it is the last step up to a publication (gradient accumulation: a
+    publication within the next ``accumulative_counts`` iterations).
+
+    Args:
+        publishes_after (Callable): ``(runner, batch_idx) -> bool``, the
+            publication rule.
+    """
+    if not optim_wrapper.should_sync():  # no step in this iteration
+        return False
+    counts = optim_wrapper._accumulative_counts
+    if isinstance(runner.train_loop, EpochBasedTrainLoop):
+        last = len(runner.train_dataloader) - 1  # always publishes
+        if batch_idx + counts - 1 >= last:
+            return True
+    return any(
+        publishes_after(runner, batch_idx + ahead) for ahead in range(counts))
+
+
+# -- activation probes --------------------------------------------------
+_LIB = torch.library.Library('mmstats', 'FRAGMENT')
+_LIB.define('module_act(Tensor value, int probes, str name) -> ()')
+_PROBES: 'weakref.WeakValueDictionary[int, ActivationProbes]' = (
+    weakref.WeakValueDictionary())
+_IDS = itertools.count()
+
+
+def _module_act_kernel(value: torch.Tensor, probes: int, name: str) -> None:
+    owner = _PROBES.get(probes)
+    if owner is not None:
+        owner.record(name, value)
+
+
+def _module_act_fake(value: torch.Tensor, probes: int, name: str) -> None:
+    return None
+
+
+_LIB.impl('module_act', _module_act_kernel, 'CompositeExplicitAutograd')
+torch.library.register_fake('mmstats::module_act', _module_act_fake, lib=_LIB)
+has_side_effect(torch.ops.mmstats.module_act.default)
+
+# The autograd engine's current graph task (-1 outside a backward pass); the
+# function torch.utils.checkpoint itself uses to find its recomputations.
+_graph_task_id = getattr(torch._C, '_current_graph_task_id', None)
+
+
+def in_backward() -> bool:
+    """Whether the autograd engine is running a backward pass on this
+    thread (where activation checkpointing recomputes forwards).
+
+    Example:
+        >>> in_backward()  # a forward, or no pass at all
+        False
+    """
+    return _graph_task_id is not None and _graph_task_id() != -1
+
+
+in_backward.available = _graph_task_id is not None
+
+
+class ActivationProbes:
+    """One forward hook per module, registered at construction and kept
+    until :meth:`remove`; outputs are reported only while :attr:`armed`.
+
+    Args:
+        modules (dict[str, nn.Module]): The modules by name.
+        prefix (str): Outputs of module ``name`` are reported as
+            ``<prefix>/<name>/act``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from mmstats import Collector
+        >>> net = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+        >>> collector = Collector('acts/.*')
+        >>> probes = ActivationProbes({'0': net[0]}, 'acts')
+        >>> probes.armed = True
+        >>> _ = net(torch.ones(4, 3))  # 4 x 2 output values reported
+        >>> probes.remove()
+        >>> collector.update()
+        >>> collector.num('acts/0/act')
+        8.0
+    """
+
+    def __init__(self, modules: Dict[str, nn.Module], prefix: str) -> None:
+        self.armed = False
+        self.cost = 0.0  # host seconds spent recording, reset by the owner
+        self.id = next(_IDS)
+        _PROBES[self.id] = self
+        self._handles: List[torch.utils.hooks.RemovableHandle] = [
+            module.register_forward_hook(self._hook(f'{prefix}/{name}/act'))
+            for name, module in modules.items()
+        ]
+
+    def _hook(self, key: str):
+        probes = self.id
+
+        def forward_hook(module, args, output) -> None:
+            if torch.compiler.is_compiling():
+                for tensor in floating_tensors(output):
+                    torch.ops.mmstats.module_act(tensor, probes, key)
+            elif self.armed:
+                for tensor in floating_tensors(output):
+                    self.record(key, tensor)
+
+        return forward_hook
+
+    def record(self, key: str, tensor: torch.Tensor) -> None:
+        """Report ``tensor`` under ``key`` if armed and not a checkpoint's
+        recomputation."""
+        if not self.armed or in_backward():
+            return
+        start = time.perf_counter()
+        report(key, tensor.detach())
+        self.cost += time.perf_counter() - start
+
+    def remove(self) -> None:
+        """Remove the forward hooks."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self.armed = False
+        _PROBES.pop(self.id, None)
+
+
+# -- step probes --------------------------------------------------------
+# rows of StepProbe.squares
+GRAD, UPDATE, BEFORE = 0, 1, 2
+
+
+class StepProbe:
+    """Gradient and update sums of squares of the segments (modules, and
+    one segment for all the parameters) whose parameters one optimizer
+    owns.
+
+    Args:
+        optim_wrapper (OptimWrapper): The wrapper of the optimizer.
+        parts (list[tuple[tuple[int, ...], ParamPart]]): ``(segments,
+            part)``: every local parameter part once, with the segments it
+            counts in (nested modules, the total).
+        num_segments (int): Number of segments.
+        stats (Sequence[str]): Which of ``grad_norm`` and ``update_ratio``
+            to take.
+        device (torch.device): Where the sums live.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from mmengine.optim import OptimWrapper
+        >>> from mmstats.sharding import ParamLayout
+        >>> net = nn.Linear(2, 1, bias=False)
+        >>> wrapper = OptimWrapper(torch.optim.SGD(net.parameters(), lr=1.))
+        >>> parts = [((0, ), part) for part in ParamLayout(net).parts]
+        >>> probe = StepProbe(wrapper, parts, 1, ['grad_norm'],
+        ...                   torch.device('cpu'))
+        >>> probe.begin_iteration(armed=True)
+        >>> net(torch.ones(1, 2)).sum().backward()  # gradient (1, 1)
+        >>> wrapper.step()
+        >>> _ = probe.end_iteration()
+        >>> squares, present = probe.take()
+        >>> round(squares[GRAD, 0].item(), 9), present  # squares: 1 + 1
+        (2.0, [0])
+        >>> probe.remove()
+    """
+
+    def __init__(self, optim_wrapper: OptimWrapper,
+                 parts: List[Tuple[Tuple[int, ...],
+                                   ParamPart]], num_segments: int,
+                 stats: Sequence[str], device: torch.device) -> None:
+        self.optim_wrapper = optim_wrapper
+        optimizer = optim_wrapper.optimizer
+        #: the DeepSpeed engine (its optimizer owns every parameter)
+        self.engine = getattr(optim_wrapper, '_model', None)
+        mine = None if self.engine is not None else {
+            id(p)
+            for group in optimizer.param_groups
+            for p in group['params']
+        }
+        self.parts = [
+            (s, p) for s, p in parts
+            if p.trainable and (mine is None or id(p.optim_key) in mine)
+        ]
+        self.num_segments = num_segments
+        self.device = device
+        self.stats = [s for s in stats if s in ('grad_norm', 'update_ratio')]
+        scaler = getattr(optim_wrapper, 'loss_scaler', None)
+        self.amp = scaler is not None and scaler.is_enabled()
+        self.armed = False
+        self.calls = 0  # optimizer steps in this iteration
+        self.cost = 0.0
+        #: (3, num_segments) float64: gradient, update and weight-before
+        #: sums of squares of the last armed step that happened, or None
+        self.squares: Optional[Tensor] = None
+        #: the segments that had a gradient at that step
+        self.present: List[int] = []
+        self._count_before = 0
+        self._before: Optional[tuple] = None
+        self._clipped: Optional[tuple] = None
+        self._handles = [] if self.engine is not None else [
+            optimizer.register_step_pre_hook(
+                torch.compiler.disable(self._pre_step)),
+            optimizer.register_step_post_hook(
+                torch.compiler.disable(self._post_step)),
+        ]
+        self._step = None
+        if self.engine is not None:  # ZeRO optimizers have no step hooks
+            self._step = optim_wrapper.step
+            optim_wrapper.step = self._engine_step
+        self._clip = None
+        if getattr(optim_wrapper, 'clip_grad_kwargs', None):
+            self._clip = optim_wrapper._clip_grad
+            optim_wrapper._clip_grad = torch.compiler.disable(self._clip_grad)
+
+    # -- per iteration (called by the hook, outside compiled code) --------
+    def begin_iteration(self, armed: bool) -> None:
+        """Arm (or not) the statistics of this iteration's steps."""
+        self.armed = armed and bool(self.stats) and bool(self.parts)
+        self.calls = 0
+        self._count_before = getattr(self.optim_wrapper, '_inner_count', 0)
+
+    def end_iteration(self) -> int:
+        """Disarm; return how many due steps the GradScaler skipped in this
+        iteration (0 without AMP)."""
+        self.armed = False
+        self._before = self._clipped = None
+        if not self.amp:
+            return 0
+        wrapper = self.optim_wrapper
+        due = int(wrapper._inner_count != self._count_before
+                  and wrapper.should_update())
+        return max(due - self.calls, 0)
+
+    def take(self) -> Tuple[Tensor, List[int]]:
+        """The sums of squares of the last armed step (zeros if none
+        happened on this rank) and the segments that had a gradient there;
+        forget them."""
+        squares, present = self.squares, self.present
+        self.squares, self.present = None, []
+        if squares is None:
+            squares = torch.zeros(
+                3, self.num_segments, dtype=torch.float64, device=self.device)
+        return squares, present
+
+    def remove(self) -> None:
+        """Remove the step hooks (and the clipping probe)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self._clip is not None:
+            del self.optim_wrapper._clip_grad  # the class's method again
+            self._clip = None
+        if self._step is not None:
+            del self.optim_wrapper.step
+            self._step = None
+
+    # -- the hooks ---------------------------------------------------------
+    def _with_grad(self) -> List[Tuple[int, ParamPart, Tensor]]:
+        """``(segments, part, local gradient)`` of the parts that have a
+        gradient (a part whose parameter has none is left out)."""
+        found = []
+        for segments, part in self.parts:
+            grad = part.grad()
+            if grad is not None:
+                found.append((segments, part, grad))
+        return found
+
+    def _take_grads(self) -> Tuple[Tensor, list]:
+        found = self._with_grad()
+        squares = sum_squares([g for _, _, g in found],
+                              [s for s, _, _ in found], self.num_segments,
+                              self.device)
+        return squares, found
+
+    def _engine_step(self, **kwargs) -> None:
+        """DeepSpeedOptimWrapper.step: the engine's gradients are reduced
+        and readable until its step, at an accumulation boundary."""
+        boundary = self.engine.is_gradient_accumulation_boundary()
+        if boundary:
+            self._pre_step(None, (), {})
+        self._step(**kwargs)
+        if boundary:
+            self._post_step(None, (), {})
+
+    def _clip_grad(self) -> None:
+        if self.armed:
+            start = time.perf_counter()
+            self._clipped = self._take_grads()
+            self.cost += time.perf_counter() - start
+        self._clip()
+
+    def _pre_step(self, optimizer, args, kwargs) -> None:
+        self.calls += 1
+        if not self.armed:
+            return
+        start = time.perf_counter()
+        grads, found = (
+            self._clipped if self._clipped is not None else self._take_grads())
+        self._clipped = None
+        self.squares = torch.zeros(
+            3, self.num_segments, dtype=torch.float64, device=self.device)
+        self.squares[GRAD] = grads
+        self.present = sorted(
+            {s
+             for segments, _, _ in found
+             for s in segments})
+        if 'update_ratio' in self.stats and found:  # copies of the weights
+            parts = [(segments, part) for segments, part, _ in found]
+            self._before = (parts,
+                            torch._foreach_mul(
+                                [part.weight() for _, part in parts], 1.0))
+        self.cost += time.perf_counter() - start
+
+    def _post_step(self, optimizer, args, kwargs) -> None:
+        if self._before is None or self.squares is None:
+            return
+        start = time.perf_counter()
+        (parts, before), self._before = self._before, None
+        after = [part.weight() for _, part in parts]
+        segments = [segments for segments, _ in parts]
+        self.squares[UPDATE] = sum_squares(
+            torch._foreach_sub(after, before), segments, self.num_segments,
+            self.device)
+        self.squares[BEFORE] = sum_squares(before, segments, self.num_segments,
+                                           self.device)
+        self.cost += time.perf_counter() - start
+
+
+def floating_tensors(output: Any) -> List[torch.Tensor]:
+    """The floating-point tensors of a module's output (tensor, tuple, list
+    or dict, nested).
+
+    Example:
+        >>> import torch
+        >>> out = {'logits': torch.ones(2), 'ids': torch.arange(2),
+        ...        'aux': [torch.zeros(3)]}
+        >>> [t.shape[0] for t in floating_tensors(out)]
+        [2, 3]
+    """
+    if isinstance(output, torch.Tensor):
+        return [output] if output.is_floating_point() else []
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        return [t for item in output for t in floating_tensors(item)]
+    return []

@@ -1,29 +1,35 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""PreciseBNHook: a thin mmengine hook around :func:`update_bn_stats`."""
+"""PreciseBNHook: a thin mmengine hook around :func:`update_bn_stats`,
+with what only it needs: its argument checks, its own loader, the lines it
+logs and its message-hub keys (kept out of checkpoints)."""
 import copy
-from typing import Dict, Optional, Union
+import logging
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
+from mmengine.dataset import DefaultSampler
 from mmengine.hooks import EMAHook, Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapper
 from mmengine.runner import EpochBasedTrainLoop, Runner
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader
 
 from mmstats.precise_bn import check_args, layers_to_update, update_bn_stats
-from mmstats.precise_bn.batches import check_loader_cfg, loader_like
 from mmstats.registry import HOOKS
-from mmstats.sharding import is_sharded
-from .log_rhythm import find_logger_hook, logs_train_line
-from .precise_bn_log import (EMA_VAR_CHANGE, HUB_KEYS, VAR_CHANGE,
-                             check_hook_args, drop_hub_keys, log_modes,
-                             log_summary)
+from mmstats.sharding import is_sharded, unwrap_model
+from mmstats.utils.args import check_bool, check_positive_int
+from .schedule import PublicationSchedule, find_hook
 from .strategies import refuse_unchecked_strategy
 
+__all__ = ['PreciseBNHook', 'VAR_CHANGE', 'EMA_VAR_CHANGE', 'HUB_KEYS']
+
 DATA_BATCH = Optional[Union[dict, tuple, list]]
+OWNER = 'PreciseBNHook'
 RUNS_KEY = 'precise_bn_runs'  # in checkpoint['meta']
+VAR_CHANGE = 'train/precise_bn/var_change'
+EMA_VAR_CHANGE = 'train/precise_bn/ema_var_change'
+HUB_KEYS = (VAR_CHANGE, EMA_VAR_CHANGE)
 
 
 @HOOKS.register_module()
@@ -86,14 +92,20 @@ class PreciseBNHook(Hook):
                  dataloader: Optional[dict] = None,
                  update_ema: bool = True,
                  progress: bool = True) -> None:
-        check_args(num_samples, estimator, owner='PreciseBNHook')
-        check_hook_args(
-            interval,
+        # types are checked, not equality: 0 == False and 1.0 == True
+        check_args(num_samples, estimator, owner=OWNER)
+        check_positive_int(OWNER, 'interval', interval, example=1)
+        check_bool(
+            OWNER,
+            'by_epoch',
             by_epoch,
-            at_end=at_end,
-            update_ema=update_ema,
-            progress=progress)
-        check_loader_cfg(dataloader)
+            none_ok=True,
+            meaning='None follows the train loop, True: every `interval` '
+            'epochs, False: every `interval` iterations')
+        for name, flag in (('at_end', at_end), ('update_ema', update_ema),
+                           ('progress', progress)):
+            check_bool(OWNER, name, flag)
+        _check_loader_cfg(dataloader)
         self.num_samples = num_samples
         self.interval = interval
         self._by_epoch = by_epoch
@@ -111,14 +123,19 @@ class PreciseBNHook(Hook):
         self._ema_sharded = False
         self._swapped_for_val = False
         self._pending: Dict[str, float] = {}  # hub keys for the next line
+        self._schedule: Optional[PublicationSchedule] = None  # its lines
         self._published: Dict[str, float] = {}  # on the hub until next iter
 
     # -- hook points -----------------------------------------------------
     def before_run(self, runner: Runner) -> None:
         """Refuse a strategy whose numbers were never checked."""
-        refuse_unchecked_strategy(runner, 'PreciseBNHook')
+        refuse_unchecked_strategy(runner, OWNER)
 
-    def before_train(self, runner) -> None:
+    def before_train(self, runner: Runner) -> None:
+        """Decide this run's schedule (``by_epoch=None`` follows the loop),
+        whether the model has BN layers to recompute, and build the
+        hook's own loader."""
+        self._schedule = PublicationSchedule(runner)
         self.by_epoch = self._by_epoch
         if self._by_epoch is None:
             self.by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
@@ -127,7 +144,8 @@ class PreciseBNHook(Hook):
         self._pending, self._published = {}, {}
         self._active = False
         self._has_bn = any(
-            isinstance(m, _BatchNorm) for m in self._bare(runner).modules())
+            isinstance(m, _BatchNorm)
+            for m in unwrap_model(runner.model).modules())
         # mmengine's EMAHook copies the model it finds: under FSDP / ZeRO-3
         # that is this rank's shards, which cannot run a forward
         self._ema_sharded = is_sharded(runner.model)
@@ -150,21 +168,25 @@ class PreciseBNHook(Hook):
         self._loader = self._build_loader(runner)
         # the modes training will use: the loop calls model.train() (which
         # honours norm_eval / frozen stages) after before_train
-        self._active = bool(layers_to_update(self._bare(runner), train=True))
+        self._active = bool(
+            layers_to_update(unwrap_model(runner.model), train=True))
         if not self._active:
-            log_modes(None)
+            _log_modes(None)
 
-    def after_train_epoch(self, runner) -> None:
+    def after_train_epoch(self, runner: Runner) -> None:
+        """Recompute on the epoch interval (and after the last epoch)."""
         if self.by_epoch and self._due(
                 self.every_n_epochs(runner, self.interval),
                 self.is_last_train_epoch(runner)):
             self._run(runner)
 
     def after_train_iter(self,
-                         runner,
+                         runner: Runner,
                          batch_idx: int,
                          data_batch: DATA_BATCH = None,
                          outputs: Optional[dict] = None) -> None:
+        """Take the previous line's values off the hub; recompute on the
+        iteration interval; publish pending values for this line."""
         for key in self._published:  # logged on the previous line
             runner.message_hub.log_scalars.pop(key, None)
         self._published = {}
@@ -175,7 +197,7 @@ class PreciseBNHook(Hook):
         if self._pending:
             self._publish(runner, batch_idx)
 
-    def after_train(self, runner) -> None:
+    def after_train(self, runner: Runner) -> None:
         """Values of a last run that no log line followed go to the
         visualizer (scalars.json, TensorBoard) directly."""
         if self._pending:
@@ -187,58 +209,59 @@ class PreciseBNHook(Hook):
                 step=runner.iter)
             self._pending = {}
 
-    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+    def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
+        """Bring stale EMA statistics up to date; save the run count (the
+        sampling sequence continues after a resume), not the hub keys."""
         self._refresh_ema(runner)
         checkpoint.setdefault('meta', {})[RUNS_KEY] = self._num_runs
-        drop_hub_keys(checkpoint)
+        _drop_hub_keys(checkpoint)
 
-    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+    def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
+        """Continue the sampling sequence; drop the hub keys."""
         self._num_runs = int(checkpoint.get('meta', {}).get(RUNS_KEY, 0))
-        drop_hub_keys(checkpoint)  # also from checkpoints of older versions
+        _drop_hub_keys(checkpoint)  # also from checkpoints of older versions
 
-    def before_val_epoch(self, runner) -> None:
+    def before_val_epoch(self, runner: Runner) -> None:
+        """Bring stale EMA statistics up to date; validate the EMA model
+        with its own BN statistics, not only its parameters."""
         self._refresh_ema(runner)
         ema = self._ema_hook(runner)
         if ema is not None and not ema.ema_model.update_buffers:
             # mmengine swaps parameters only: bring the EMA statistics too
-            self._swap_bn_buffers(ema.ema_model.module, self._bare(runner))
+            self._swap_bn_buffers(ema.ema_model.module,
+                                  unwrap_model(runner.model))
             self._swapped_for_val = True
 
-    def after_val_epoch(self, runner, metrics=None) -> None:
+    def after_val_epoch(self,
+                        runner: Runner,
+                        metrics: Optional[Dict[str, float]] = None) -> None:
+        """Swap the BN statistics back."""
         if self._swapped_for_val:
             ema = self._ema_hook(runner)
-            self._swap_bn_buffers(ema.ema_model.module, self._bare(runner))
+            self._swap_bn_buffers(ema.ema_model.module,
+                                  unwrap_model(runner.model))
             self._swapped_for_val = False
 
     # -- helpers ---------------------------------------------------------
     def _due(self, on_interval: bool, is_last: bool) -> bool:
         return self._has_bn and (on_interval or (self.at_end and is_last))
 
-    def _publish(self, runner, batch_idx: int) -> None:
+    def _publish(self, runner: Runner, batch_idx: int) -> None:
         """Put pending values on the message hub for LoggerHook's line of
         this iteration (it runs after this hook); removed next iteration."""
-        logger = find_logger_hook(runner)
-        if logger is None:
+        if self._schedule.logger is None:
             self.after_train(runner)
             return
-        if not logs_train_line(runner, batch_idx, logger.interval,
-                               logger.ignore_last):
+        if not self._schedule.logs_after(runner, batch_idx):
             return
         for key, value in self._pending.items():  # once: never resumed
             runner.message_hub.update_scalar(key, value, resumed=False)
         self._published, self._pending = self._pending, {}
 
     @staticmethod
-    def _bare(runner) -> torch.nn.Module:
-        model = runner.model
-        return model.module if is_model_wrapper(model) else model
-
-    @staticmethod
-    def _ema_hook(runner) -> Optional[EMAHook]:
-        for hook in runner.hooks:
-            if isinstance(hook, EMAHook) and hasattr(hook, 'ema_model'):
-                return hook
-        return None
+    def _ema_hook(runner: Runner) -> Optional[EMAHook]:
+        """The runner's EMAHook once it holds its EMA model, or None."""
+        return find_hook(runner, EMAHook, ready='ema_model')
 
     @staticmethod
     def _swap_bn_buffers(a: torch.nn.Module, b: torch.nn.Module) -> None:
@@ -251,7 +274,7 @@ class PreciseBNHook(Hook):
                     buf_a.copy_(buf_b)
                     buf_b.copy_(tmp)
 
-    def _build_loader(self, runner) -> DataLoader:
+    def _build_loader(self, runner: Runner) -> DataLoader:
         """The precise-BN loader: never the training loader itself."""
         if self.dataloader_cfg is not None:
             cfg = copy.deepcopy(self.dataloader_cfg)
@@ -264,15 +287,19 @@ class PreciseBNHook(Hook):
                     f'dataloader={self.dataloader_cfg!r} ({exc!r}); fix the '
                     'config or pass dataloader=None to read the training '
                     'dataset') from exc
-        return loader_like(runner.train_dataloader, runner.seed)
+        return _loader_like(runner.train_dataloader, runner.seed)
 
-    def _forward_context(self, runner, model):
+    def _forward_context(self, runner: Runner,
+                         model: torch.nn.Module) -> Optional[Callable]:
+        """The optimizer wrapper's context (AMP autocast) for the
+        recomputation's forwards, or None."""
         wrapper = runner.optim_wrapper
         if isinstance(wrapper, OptimWrapper):  # AmpOptimWrapper: autocast
             return lambda: wrapper.optim_context(model)
         return None
 
-    def _recompute(self, runner, model: torch.nn.Module, what: str) -> dict:
+    def _recompute(self, runner: Runner, model: torch.nn.Module,
+                   what: str) -> dict:
         sampler = getattr(self._loader, 'sampler', None)
         if hasattr(sampler, 'set_epoch'):  # other samples at every run
             sampler.set_epoch(self._num_runs)
@@ -281,17 +308,20 @@ class PreciseBNHook(Hook):
             self._loader,
             num_samples=self.num_samples,
             estimator=self.estimator,
-            forward_context=self._forward_context(runner, self._bare(runner)),
+            forward_context=self._forward_context(runner,
+                                                  unwrap_model(runner.model)),
             progress=self.progress)
-        log_summary(summary, what, first=self._num_runs == 0)
+        _log_summary(summary, what, first=self._num_runs == 0)
         return summary
 
-    def _run(self, runner) -> None:
-        model = self._bare(runner)
+    def _run(self, runner: Runner) -> None:
+        """Recompute the model's BN statistics (the EMA model's later, when
+        they are needed: before a validation or a checkpoint)."""
+        model = unwrap_model(runner.model)
         names = layers_to_update(model)  # the modes of this moment
         if bool(names) != self._active:  # said once per change
             self._active = bool(names)
-            log_modes(names)
+            _log_modes(names)
         if not names:
             return
         # the model as trained: update_bn_stats strips DDP, keeps sharding
@@ -304,7 +334,7 @@ class PreciseBNHook(Hook):
             self.update_ema and not self._ema_sharded
             and self._ema_hook(runner) is not None)
 
-    def _refresh_ema(self, runner) -> None:
+    def _refresh_ema(self, runner: Runner) -> None:
         """Recompute the EMA model's statistics if they are stale."""
         if not self._ema_stale:
             return
@@ -312,7 +342,8 @@ class PreciseBNHook(Hook):
         ema_model = self._ema_hook(runner).ema_model.module
         # the EMA copy's train/eval flags may differ: mirror the model's
         flags = [m.training for m in ema_model.modules()]
-        for ema_m, m in zip(ema_model.modules(), self._bare(runner).modules()):
+        for ema_m, m in zip(ema_model.modules(),
+                            unwrap_model(runner.model).modules()):
             ema_m.training = m.training
         try:
             summary = self._recompute(runner, ema_model, 'EMA model')
@@ -321,3 +352,115 @@ class PreciseBNHook(Hook):
                 m.training = flag
         if summary['num_layers']:
             self._pending[EMA_VAR_CHANGE] = summary['var_change']
+
+
+def _drop_hub_keys(checkpoint: dict) -> None:
+    """Keep the once-per-run values out of the checkpoint's message hub.
+
+    They are published for one log line only, so a resume has nothing to
+    restore; mmengine's ``MessageHub.load_state_dict`` warns about every
+    key of ``resumed_keys`` it cannot find in ``log_scalars`` (``resumed
+    key: ... is not defined in message_hub``), whatever its flag.
+    """
+    state = checkpoint.get('message_hub')
+    if not isinstance(state, dict):
+        return
+    for part in ('resumed_keys', 'log_scalars'):
+        table = state.get(part)
+        if isinstance(table, dict):  # a new dict: never the live hub's
+            state[part] = type(table)(
+                (k, v) for k, v in table.items() if k not in HUB_KEYS)
+
+
+def _log_modes(names: Optional[List[str]]) -> None:
+    """Say that no BN layer is to be recomputed (``names`` None: at the
+    start of training; empty: from now on) or that some are again."""
+    if names is None:
+        text = ('every BatchNorm layer stays in eval mode during training '
+                '(e.g. norm_eval=True, frozen stages) or tracks no running '
+                'statistics: nothing to recompute, nothing is published. '
+                'Layers that return to training mode later in the run are '
+                'recomputed from then on.')
+    elif names:
+        text = (f'{len(names)} BatchNorm layers are in training mode now: '
+                'recomputing them from now on')
+    else:
+        text = ('every BatchNorm layer is in eval mode now: nothing to '
+                'recompute, nothing is published until some return to '
+                'training mode')
+    print_log(f'PreciseBNHook: {text}', 'current', level=logging.WARNING)
+
+
+def _log_summary(summary: dict, what: str, first: bool) -> None:
+    """One line per recomputation (``what``: 'model' or 'EMA model'); on
+    the ``first`` run of training, the layers left alone too."""
+    if not summary['num_layers']:
+        print_log(
+            f'PreciseBN ({what}): no BN layer in training mode was called by '
+            'the forwards (mode="tensor"): nothing updated, nothing '
+            f'published; not called: {", ".join(summary["skipped"]) or "-"}',
+            'current',
+            level=logging.WARNING)
+        return
+    print_log(
+        f'PreciseBN ({what}): updated {summary["num_layers"]} BN layers '
+        f'with {summary["num_samples"]} samples in '
+        f'{summary["seconds"]:.2f}s; running_var moved by '
+        f'{100 * summary["var_change"]:.2f}% (mean relative change)',
+        'current')
+    if first:
+        for key, text in (('frozen', 'left alone (eval mode)'),
+                          ('skipped', 'not called in a forward: left alone'),
+                          ('unaffected_norms', 'not BatchNorm: not affected')):
+            if summary.get(key):
+                print_log(f'PreciseBN: {text}: {", ".join(summary[key])}',
+                          'current')
+
+
+def _check_loader_cfg(dataloader: Any, owner: str = OWNER) -> None:
+    """``dataloader`` must be None or a config with what
+    ``Runner.build_dataloader`` needs; ``owner`` is named in the error."""
+    if dataloader is None:
+        return
+    if not isinstance(dataloader, dict):
+        raise TypeError(f'{owner}: dataloader must be None or a dataloader '
+                        f'config dict, got {type(dataloader).__name__}')
+    missing = [
+        k for k in ('batch_size', 'dataset', 'sampler') if k not in dataloader
+        and not (k == 'batch_size' and 'batch_sampler' in dataloader)
+    ]
+    if missing:
+        raise ValueError(
+            f'{owner}: dataloader lacks {missing} (got keys '
+            f'{sorted(dataloader)}): give a full loader config, e.g. '
+            'dataloader=dict(batch_size=64, dataset=dict(type=...), '
+            "sampler=dict(type='DefaultSampler', shuffle=True)), or leave "
+            'dataloader=None to read the training dataset')
+
+
+def _loader_like(train_loader: DataLoader, seed: Optional[int]) -> DataLoader:
+    """A loader of its own over ``train_loader``'s dataset: shuffled
+    ``DefaultSampler``, the same batch size, workers (kept between runs),
+    collate function and ``drop_last``."""
+    batch_size = train_loader.batch_size or getattr(train_loader.batch_sampler,
+                                                    'batch_size', None)
+    if not batch_size:
+        raise ValueError(
+            'PreciseBNHook cannot tell the batch size of the training '
+            'loader (it has neither batch_size nor batch_sampler.'
+            'batch_size): pass dataloader=dict(...) to the hook')
+    dataset = train_loader.dataset
+    drop_last = bool(
+        train_loader.drop_last
+        or getattr(train_loader.batch_sampler, 'drop_last', False))
+    workers = train_loader.num_workers
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=DefaultSampler(dataset, shuffle=True, seed=seed),
+        num_workers=workers,
+        collate_fn=train_loader.collate_fn,
+        pin_memory=train_loader.pin_memory,
+        worker_init_fn=train_loader.worker_init_fn,
+        persistent_workers=workers > 0,
+        drop_last=drop_last)

@@ -1,24 +1,33 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""StatsCollectorHook: publish what :func:`mmstats.report` recorded."""
+"""StatsCollectorHook: publish what :func:`mmstats.report` recorded, with
+its argument checks (config mistakes fail when the hook is built, naming
+the argument and the fix) and what it tells LoggerHook's LogProcessor."""
 import re
-from typing import Dict, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Union
 
 from mmengine.hooks import Hook
-from mmengine.logging import HistoryBuffer, print_log
-from mmengine.runner import IterBasedTrainLoop, LogProcessor
+from mmengine.logging import HistoryBuffer, MessageHub, print_log
+from mmengine.runner import LogProcessor, Runner
 
+from mmstats.dist import slowest_rank
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
-from .log_rhythm import (epoch_ends_after, find_logger_hook, log_current_value,
-                         logs_train_line, report_iteration_times, slowest_rank,
-                         train_publication)
-from .stats_collector_args import (OUTPUTS_PREFIX, check_args, check_log_regex,
-                                   collector_patterns)
+from mmstats.utils.args import (check_bool, check_choice, check_names,
+                                check_positive_int, check_str, compile_regex,
+                                scope_inline_flags)
+from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .worker_loaders import WorkerBatches
 
+__all__ = ['StatsCollectorHook']
+
 DATA_BATCH = Optional[Union[dict, tuple, list]]
-DEFAULT_INTERVAL = 10
+OWNER = 'StatsCollectorHook'
+NONFINITE_ACTIONS = ('warn', 'raise', 'ignore')
+# train_step's outputs are reported under this prefix (kept apart from a
+# model's own report() of the same name; published without it).
+OUTPUTS_PREFIX = 'train_step/'
+QUANTILE = re.compile(r'p(100|\d\d?(\.\d+)?)')  # 'p50', 'p99.9'
 # History kept per message-hub key the hook writes (LogProcessor's default
 # window): memory and cost per publication stay flat over a run.
 HUB_HISTORY = 10
@@ -125,7 +134,7 @@ class StatsCollectorHook(Hook):
                  on_nonfinite: str = 'warn',
                  max_names: int = 1000,
                  log_regex: str = r'(?!modules/).*') -> None:
-        scoped = check_args(
+        scoped = _check_args(
             interval,
             dict(
                 by_epoch=by_epoch,
@@ -133,16 +142,17 @@ class StatsCollectorHook(Hook):
                 collect_timing=collect_timing,
                 keep_previous=keep_previous), stats, log_stats, prefix,
             on_nonfinite, regex, max_names)
+        self.schedule: Optional[PublicationSchedule] = None
         self.interval = interval
         self.by_epoch = by_epoch
         self.stats = tuple(stats)
         self.log_stats = tuple(log_stats)
-        self.log_regex = check_log_regex(log_regex)
+        self.log_regex = compile_regex(OWNER, 'log_regex', log_regex)
         self.prefix = prefix
         self.collect_outputs = collect_outputs
         self.collect_timing = collect_timing
         self.on_nonfinite = on_nonfinite
-        self._patterns = collector_patterns(scoped)
+        self._patterns = _collector_patterns(scoped)
         self.keep_previous = keep_previous
         self.max_names = max_names
         self.quantiles = {
@@ -151,9 +161,21 @@ class StatsCollectorHook(Hook):
         }
         # built in before_run, dropped in after_run
         self.collectors: Dict[str, Collector] = {}
-        self._logger = None
         self._previous_phase: Optional[str] = None
         self._start_run()
+
+    @property
+    def interval(self) -> Optional[int]:
+        """The publication interval: from ``before_run`` on, the one in use
+        (the LoggerHook's where it was None)."""
+        return self._interval if self.schedule is None else (
+            self.schedule.interval)
+
+    @interval.setter
+    def interval(self, value: Optional[int]) -> None:
+        self._interval = value
+        if self.schedule is not None:
+            self.schedule.interval = value
 
     def _start_run(self) -> None:
         """Forget what a previous run published and which loaders it had."""
@@ -165,12 +187,12 @@ class StatsCollectorHook(Hook):
         self._time_sum = 0.0
         self._unpublished = 0  # training iterations since the publication
 
-    def before_run(self, runner) -> None:
-        refuse_unchecked_strategy(runner, 'StatsCollectorHook')
-        self._logger = find_logger_hook(runner)
-        if self.interval is None:
-            self.interval = (
-                self._logger.interval if self._logger else DEFAULT_INTERVAL)
+    def before_run(self, runner: Runner) -> None:
+        """Refuse an unchecked strategy; build the publication schedule and
+        the collectors of this run (they live until ``after_run``)."""
+        refuse_unchecked_strategy(runner, OWNER)
+        self.schedule = PublicationSchedule(runner, self.interval,
+                                            self.by_epoch)
         self._start_run()
         self.collectors = {
             mode:
@@ -182,23 +204,20 @@ class StatsCollectorHook(Hook):
             for mode, pattern in self._patterns.items()
         }
 
-    def after_run(self, runner) -> None:
+    def after_run(self, runner: Runner) -> None:
+        """Drop the collectors."""
         self.collectors = {}  # no longer live: report() keeps nothing
 
-    def publishes_after(self, runner, batch_idx: int) -> bool:
+    def publishes_after(self, runner: Runner, batch_idx: int) -> bool:
         """Whether the statistics are published after training iteration
         ``batch_idx`` (the one rule ModuleStatsHook asks too).
 
         With ``by_epoch``: after the last iteration of every epoch. Else
         where LoggerHook writes a training line, every ``interval`` inner
         iterations, at the end of every epoch and at the last iteration of
-        an iteration-based run.
+        an iteration-based run (:class:`~.schedule.PublicationSchedule`).
         """
-        if self.by_epoch:
-            return epoch_ends_after(runner, batch_idx)
-        return train_publication(runner, batch_idx, self.interval,
-                                 self._logger)[0] or _ends_training(
-                                     runner, batch_idx)
+        return self.schedule.publishes_after(runner, batch_idx)
 
     # -- publishing ------------------------------------------------------
     def collect(self, mode: str) -> Dict[str, Dict[str, float]]:
@@ -235,7 +254,7 @@ class StatsCollectorHook(Hook):
                 out[short] = values
         return out
 
-    def _check_nonfinite(self, runner, results: dict) -> None:
+    def _check_nonfinite(self, runner: Runner, results: dict) -> None:
         bad = {
             name: int(values['nonfinite'])
             for name, values in results.items() if values['nonfinite']
@@ -280,7 +299,8 @@ class StatsCollectorHook(Hook):
                 scalars[f'{prefix}{name}/nonfinite'] = values['nonfinite']
         return scalars
 
-    def _publish(self, runner, mode: str, logged: bool, step: int) -> dict:
+    def _publish(self, runner: Runner, mode: str, logged: bool,
+                 step: int) -> dict:
         """Collect and check the statistics of ``mode``: all of them to the
         visualizers with ``step`` and to the message hub without mode; the
         short text ones to the message hub as ``<mode>/<key>`` for
@@ -302,7 +322,8 @@ class StatsCollectorHook(Hook):
             self._to_message_hub(runner, mode, text)
         return text
 
-    def _to_message_hub(self, runner, mode: str, scalars: dict) -> None:
+    def _to_message_hub(self, runner: Runner, mode: str,
+                        scalars: dict) -> None:
         """Store ``scalars`` as ``<mode>/<key>`` for LoggerHook to log, and
         take out the keys of the previous publication that have no value
         now (the line must not show a stale one)."""
@@ -318,9 +339,9 @@ class StatsCollectorHook(Hook):
                 continue
             self._seen_keys.add(key)
             if isinstance(processor, LogProcessor):
-                log_current_value(processor, key)
+                _log_current_value(processor, key)
 
-    def _log_line(self, runner, head: str, text: dict) -> None:
+    def _log_line(self, runner: Runner, head: str, text: dict) -> None:
         """A line of the hook's own where LoggerHook writes none
         (LogProcessor's number format)."""
         if text:
@@ -330,52 +351,60 @@ class StatsCollectorHook(Hook):
                                          for k, v in text.items()))
 
     # -- values reported in DataLoader workers ride with their batches ----
-    def before_train(self, runner) -> None:
+    def before_train(self, runner: Runner) -> None:
+        """Wrap the loaders' ``collate_fn`` (values ride with batches)."""
         self._batches.enable(runner)
 
-    def before_val(self, runner) -> None:
+    def before_val(self, runner: Runner) -> None:
+        """Wrap the loaders' ``collate_fn`` (values ride with batches)."""
         self._batches.enable(runner)
 
-    def before_test(self, runner) -> None:
+    def before_test(self, runner: Runner) -> None:
+        """Wrap the loaders' ``collate_fn`` (values ride with batches)."""
         self._batches.enable(runner)
 
     def _before_iter(self,
-                     runner,
+                     runner: Runner,
                      batch_idx: int,
                      data_batch: DATA_BATCH = None,
                      mode: str = 'train') -> None:
+        """Add the values that rode with ``data_batch`` to the store."""
         self._batches.deliver(data_batch)
 
     # -- training --------------------------------------------------------
     def after_train_iter(self,
-                         runner,
+                         runner: Runner,
                          batch_idx: int,
                          data_batch: DATA_BATCH = None,
                          outputs: Optional[dict] = None) -> None:
+        """Report ``train_step``'s outputs and the iteration times; publish
+        where the schedule says (a line of its own after the last
+        iteration of an iteration-based run where LoggerHook writes
+        none)."""
         if self.collect_outputs and outputs:
             for name, value in outputs.items():
                 report(OUTPUTS_PREFIX + name, value)
         if self.collect_timing:
-            self._time_sum += report_iteration_times(runner)
+            self._time_sum += _report_iteration_times(runner)
         self._unpublished += 1
         if self.by_epoch or not self.publishes_after(runner, batch_idx):
             return
-        logged = self._logger is not None and logs_train_line(
-            runner, batch_idx, self._logger.interval, self._logger.ignore_last)
+        logged = self.schedule.logs_after(runner, batch_idx)
         text = self._publish(runner, 'train', logged, step=runner.iter + 1)
         self._unpublished = 0
-        if not logged and _ends_training(runner, batch_idx):
+        if not logged and self.schedule.ends_run(runner, batch_idx):
             head = f'Iter(train) [{runner.iter + 1}/{runner.max_iters}]'
             self._log_line(runner, head, text)
 
-    def after_train_epoch(self, runner) -> None:
+    def after_train_epoch(self, runner: Runner) -> None:
+        """With ``by_epoch``: publish the epoch, with a line of its own."""
         if not self.by_epoch:
             return
         text = self._publish(runner, 'train', False, step=runner.epoch + 1)
         self._unpublished = 0
         self._log_line(runner, f'Epoch(train) [{runner.epoch + 1}]', text)
 
-    def after_train(self, runner) -> None:
+    def after_train(self, runner: Runner) -> None:
         """Publish the iterations a run ended without publishing (all ranks
         ran the same iterations, so they agree)."""
         if not self._unpublished:
@@ -385,34 +414,37 @@ class StatsCollectorHook(Hook):
         self._log_line(runner, f'Train ended at iteration {runner.iter}', text)
 
     # -- validation and test ---------------------------------------------
-    def _leave(self, runner, mode: str) -> None:
+    def _leave(self, runner: Runner, mode: str) -> None:
+        """Restore the previous phase; publish the loop's values at
+        LoggerHook's step for its metrics."""
         phase(self._previous_phase)
-        # LoggerHook's step for the metrics of a val/test loop
-        by_epoch = self._logger is None or self._logger.log_metric_by_epoch
+        logger = self.schedule.logger
+        by_epoch = logger is None or logger.log_metric_by_epoch
         step = runner.epoch if by_epoch and mode == 'val' else runner.iter
-        self._publish(runner, mode, self._logger is not None, step)
+        self._publish(runner, mode, logger is not None, step)
 
-    def before_val_epoch(self, runner) -> None:
+    def before_val_epoch(self, runner: Runner) -> None:
+        """Values reported from here on are ``val/`` ones."""
         self._previous_phase = phase('val')
 
-    def after_val_epoch(self, runner, metrics=None) -> None:
+    def after_val_epoch(self,
+                        runner: Runner,
+                        metrics: Optional[Dict[str, float]] = None) -> None:
+        """Publish the ``val/`` values."""
         self._leave(runner, 'val')
 
-    def before_test_epoch(self, runner) -> None:
+    def before_test_epoch(self, runner: Runner) -> None:
+        """Values reported from here on are ``test/`` ones."""
         self._previous_phase = phase('test')
 
-    def after_test_epoch(self, runner, metrics=None) -> None:
+    def after_test_epoch(self,
+                         runner: Runner,
+                         metrics: Optional[Dict[str, float]] = None) -> None:
+        """Publish the ``test/`` values."""
         self._leave(runner, 'test')
 
 
-def _ends_training(runner, batch_idx: int) -> bool:
-    """Whether ``batch_idx`` is the last iteration of an iteration-based
-    run (``batch_idx`` is the global iteration there)."""
-    return (isinstance(runner.train_loop, IterBasedTrainLoop)
-            and batch_idx + 1 == runner.max_iters)
-
-
-def _hub_scalar(hub, key: str, value: float) -> None:
+def _hub_scalar(hub: MessageHub, key: str, value: float) -> None:
     """Like ``hub.update_scalar(key, value, resumed=False)``, with a history
     of ``HUB_HISTORY`` values (mmengine's default keeps 1e6 and copies them
     on every update): flat memory and cost; nothing goes into checkpoints,
@@ -423,3 +455,84 @@ def _hub_scalar(hub, key: str, value: float) -> None:
                                              max_length=HUB_HISTORY)
     else:
         buffer.update(value)
+
+
+def _log_current_value(processor: LogProcessor, key: str) -> None:
+    """Make ``processor`` log the current value of ``key``.
+
+    LogProcessor averages keys matching its ``mean_pattern`` (``loss``,
+    ``time``, ...) over ``window_size`` past values, which would make a
+    line show a mean of past maxima; a ``custom_cfg`` entry of the user's
+    for ``key`` wins.
+    """
+    if re.search(processor.mean_pattern, key) and not any(
+            cfg.get('data_src') == key for cfg in processor.custom_cfg):
+        processor.custom_cfg.append(dict(data_src=key, method_name='current'))
+
+
+def _report_iteration_times(runner: Runner) -> float:
+    """Report this rank's ``time`` and ``data_time`` of the iteration that
+    just ended (IterTimerHook's, from the message hub) under those names;
+    return the ``data_time`` (0 if there is none)."""
+    data_time = 0.0
+    for key in TIMING_NAMES:
+        buffer = runner.message_hub.log_scalars.get(f'train/{key}')
+        if buffer is not None:
+            value = float(buffer.current())
+            report(key, value)
+            if key == 'data_time':
+                data_time = value
+    return data_time
+
+
+# -- argument checks: a wrong type is a TypeError, a wrong value a
+# ValueError, the message names the argument and the fix
+def _is_stat(stat: Any) -> bool:
+    return stat in STAT_NAMES or (isinstance(stat, str)
+                                  and QUANTILE.fullmatch(stat) is not None)
+
+
+def _check_args(interval: Optional[int], flags: Dict[str, bool],
+                stats: Sequence[str], log_stats: Sequence[str], prefix: str,
+                on_nonfinite: str, regex: str, max_names: int) -> str:
+    """Raise TypeError (a wrong type) or ValueError (a wrong value) naming
+    a bad argument of StatsCollectorHook (:mod:`mmstats.utils.args`);
+    return ``regex`` with its inline flags scoped."""
+    check_positive_int(
+        OWNER,
+        'interval',
+        interval,
+        example=10,
+        none_ok=True,
+        meaning='None: the LoggerHook interval')
+    for name, flag in flags.items():
+        check_bool(OWNER, name, flag)
+    for name, value in (('stats', stats), ('log_stats', log_stats)):
+        check_names(
+            OWNER, name, value, _is_stat,
+            f'a non-empty list of {STAT_NAMES} or quantiles "pNN" (e.g. '
+            f'"p99"), e.g. {name}=("mean",)')
+    if not set(log_stats) <= set(stats):
+        raise ValueError(f'{OWNER}: log_stats {log_stats!r} '
+                         f'must be a subset of stats {stats!r}')
+    check_str(OWNER, 'prefix', prefix, 'stats')
+    check_choice(OWNER, 'on_nonfinite', on_nonfinite, NONFINITE_ACTIONS)
+    check_positive_int(OWNER, 'max_names', max_names, example=1000)
+    # the user's pattern on its own: wrapping must not change it
+    return compile_regex(
+        OWNER,
+        'regex',
+        regex,
+        prepare=scope_inline_flags,
+        hint='; inline flags such as (?i) are allowed at its start').pattern
+
+
+def _collector_patterns(scoped: str) -> Dict[str, str]:
+    """The patterns of the train, val and test collectors around the user's
+    (valid, flag-scoped) pattern ``scoped``: a valid pattern has balanced
+    groups, so ``(?:...)`` keeps it whole. Training names may carry the
+    prefix of ``train_step``'s outputs (``OUTPUTS_PREFIX``)."""
+    return dict(
+        train=rf'^(?!val/|test/)(?:{OUTPUTS_PREFIX})?(?:{scoped})$',
+        val=rf'^val/(?:{scoped})$',
+        test=rf'^test/(?:{scoped})$')

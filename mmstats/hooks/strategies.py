@@ -7,7 +7,7 @@ Every strategy whose numbers were checked (``DDPStrategy``,
 is refused at ``before_run`` rather than publishing per-shard or missing
 numbers.
 """
-from typing import Any
+from mmengine.runner import Runner
 
 __all__ = ['refuse_unchecked_strategy']
 
@@ -20,7 +20,7 @@ UNCHECKED = {
 }
 
 
-def refuse_unchecked_strategy(runner: Any, owner: str) -> None:
+def refuse_unchecked_strategy(runner: Runner, owner: str) -> None:
     """Raise ``RuntimeError`` if ``runner`` (a ``FlexibleRunner``) trains
     with a strategy in :data:`UNCHECKED`; all ranks raise together (the
     strategy is the same everywhere).

@@ -7,6 +7,7 @@ import warnings
 from typing import Any, List
 
 from mmengine.logging import print_log
+from mmengine.runner import Runner
 from torch.utils.data import DataLoader
 
 from mmstats.stats.workers import (WorkerReportingCollate, carries_reports,
@@ -15,7 +16,7 @@ from mmstats.stats.workers import (WorkerReportingCollate, carries_reports,
 __all__ = ['enable_worker_reporting', 'WorkerBatches']
 
 
-def _loops(runner: Any) -> list:
+def _loops(runner: Runner) -> list:
     loops = []
     for attr in ('_train_loop', '_val_loop', '_test_loop'):
         loop = getattr(runner, attr, None)
@@ -25,7 +26,7 @@ def _loops(runner: Any) -> list:
     return loops
 
 
-def enable_worker_reporting(runner: Any) -> List[WorkerReportingCollate]:
+def enable_worker_reporting(runner: Runner) -> List[WorkerReportingCollate]:
     """Make the Runner's built train/val/test loaders send the values their
     workers report with each batch (idempotent).
 
@@ -41,6 +42,16 @@ def enable_worker_reporting(runner: Any) -> List[WorkerReportingCollate]:
     Returns:
         list[WorkerReportingCollate]: The wrappers of the loaders that use
         worker processes.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from torch.utils.data import DataLoader
+        >>> loop = SimpleNamespace(dataloader=DataLoader(range(4)))
+        >>> runner = SimpleNamespace(_train_loop=loop)
+        >>> enable_worker_reporting(runner)  # no worker processes
+        []
+        >>> type(loop.dataloader.collate_fn).__name__
+        'WorkerReportingCollate'
     """
     with_workers = []
     for loop in _loops(runner):
@@ -74,7 +85,7 @@ class WorkerBatches:
         self._collates: List[WorkerReportingCollate] = []
         self._warned = False
 
-    def enable(self, runner: Any) -> None:
+    def enable(self, runner: Runner) -> None:
         """Wrap the runner's loaders (call when a loop starts)."""
         for collate in enable_worker_reporting(runner):
             if collate not in self._collates:

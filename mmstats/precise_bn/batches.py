@@ -1,19 +1,24 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Feeding one batch to a model and counting its samples; the loaders
-that PreciseBNHook reads batches from."""
+"""Feeding one batch to a model and counting its samples."""
 from typing import Any, Optional, Tuple
 
 import torch
-from mmengine.dataset import DefaultSampler
 from mmengine.model import BaseModel
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
-__all__ = ['count_samples', 'prepare_batch', 'check_loader_cfg', 'loader_like']
+__all__ = ['count_samples', 'prepare_batch']
 
 
 def count_samples(inputs: Any) -> int:
-    """Samples in a batch: first dim of a tensor or length of a list."""
+    """Samples in a batch: first dim of a tensor or length of a list.
+
+    Example:
+        >>> import torch
+        >>> count_samples(torch.zeros(8, 3)), count_samples([1, 2, 3])
+        (8, 3)
+        >>> count_samples({'inputs': torch.zeros(5, 2), 'labels': [0]})
+        5
+    """
     if isinstance(inputs, Tensor):
         return int(inputs.shape[0]) if inputs.dim() > 0 else 1
     if isinstance(inputs, (list, tuple)):
@@ -49,6 +54,14 @@ def prepare_batch(model: nn.Module, batch: Any,
         tuple: ``(args, kwargs, samples)``; the forward is
         ``model(*args, **kwargs)`` (called through the wrapper that shards
         ``model``, if any).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> args, kwargs, samples = prepare_batch(
+        ...     nn.Linear(3, 2), (torch.zeros(4, 3), torch.zeros(4)), None)
+        >>> args[0].shape, kwargs, samples
+        (torch.Size([4, 3]), {}, 4)
     """
     if isinstance(model, BaseModel):
         data = model.data_preprocessor(batch, False)
@@ -72,52 +85,3 @@ def prepare_batch(model: nn.Module, batch: Any,
                     'a tensor, a non-empty tuple/list (the first item is fed '
                     f'to the model) or a dict of kwargs; got '
                     f'{type(batch).__name__}')
-
-
-def check_loader_cfg(dataloader: Any, owner: str = 'PreciseBNHook') -> None:
-    """``dataloader`` must be None or a config with what
-    ``Runner.build_dataloader`` needs; ``owner`` is named in the error."""
-    if dataloader is None:
-        return
-    if not isinstance(dataloader, dict):
-        raise TypeError(f'{owner}: dataloader must be None or a dataloader '
-                        f'config dict, got {type(dataloader).__name__}')
-    missing = [
-        k for k in ('batch_size', 'dataset', 'sampler') if k not in dataloader
-        and not (k == 'batch_size' and 'batch_sampler' in dataloader)
-    ]
-    if missing:
-        raise ValueError(
-            f'{owner}: dataloader lacks {missing} (got keys '
-            f'{sorted(dataloader)}): give a full loader config, e.g. '
-            'dataloader=dict(batch_size=64, dataset=dict(type=...), '
-            "sampler=dict(type='DefaultSampler', shuffle=True)), or leave "
-            'dataloader=None to read the training dataset')
-
-
-def loader_like(train_loader: DataLoader, seed: Optional[int]) -> DataLoader:
-    """A loader of its own over ``train_loader``'s dataset: shuffled
-    ``DefaultSampler``, the same batch size, workers (kept between runs),
-    collate function and ``drop_last``."""
-    batch_size = train_loader.batch_size or getattr(train_loader.batch_sampler,
-                                                    'batch_size', None)
-    if not batch_size:
-        raise ValueError(
-            'PreciseBNHook cannot tell the batch size of the training '
-            'loader (it has neither batch_size nor batch_sampler.'
-            'batch_size): pass dataloader=dict(...) to the hook')
-    dataset = train_loader.dataset
-    drop_last = bool(
-        train_loader.drop_last
-        or getattr(train_loader.batch_sampler, 'drop_last', False))
-    workers = train_loader.num_workers
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=DefaultSampler(dataset, shuffle=True, seed=seed),
-        num_workers=workers,
-        collate_fn=train_loader.collate_fn,
-        pin_memory=train_loader.pin_memory,
-        worker_init_fn=train_loader.worker_init_fn,
-        persistent_workers=workers > 0,
-        drop_last=drop_last)

@@ -18,7 +18,14 @@ __all__ = [
 
 
 class Estimator:
-    """Base class: per-call weights and the final formula."""
+    """Base class: per-call weights and the final formula.
+
+    Example:
+        >>> ESTIMATORS['population'] is PopulationEstimator
+        True
+        >>> issubclass(PopulationEstimator, Estimator)
+        True
+    """
 
     #: whether the second accumulator also gets ``n_b * mu_b^2``
     needs_squares = False
@@ -43,6 +50,18 @@ class PopulationEstimator(Estimator):
     ``var = sum((n_b - 1) v_b + n_b mu_b^2) / N - mean^2`` (biased), with
     ``N = sum(n_b)``: each batch weighted by its value count, so the result
     does not depend on how the layer's inputs were split into batches.
+
+    Example:
+        >>> import torch
+        >>> # batches [0, 2] and [4]: means 1 and 4, unbiased vars 2 and 0
+        >>> (w1, v1), (w2, v2) = (PopulationEstimator.weights(n)
+        ...                       for n in (2, 1))
+        >>> mean, var = PopulationEstimator.finalize(
+        ...     torch.tensor([w1 * 1. + w2 * 4.]),
+        ...     torch.tensor([v1 * 2. + w1 * 1. + v2 * 0. + w2 * 16.]),
+        ...     torch.tensor([w1 + w2]), torch.tensor([v1 + v2]))
+        >>> mean.item(), round(var.item(), 6)  # of [0, 2, 4]
+        (2.0, 2.666667)
     """
 
     needs_squares = True
@@ -63,6 +82,14 @@ class BatchAverageEstimator(Estimator):
 
     ``mean = sum(mu_b) / B`` and ``var = sum(v_b) / B`` (Bessel-corrected
     batch variances) over the ``B`` calls of the layer.
+
+    Example:
+        >>> import torch
+        >>> mean, var = BatchAverageEstimator.finalize(
+        ...     torch.tensor([1. + 4.]), torch.tensor([2. + 0.]),
+        ...     torch.tensor([2.]), torch.tensor([2.]))
+        >>> mean.item(), var.item()
+        (2.5, 1.0)
     """
 
     @staticmethod

@@ -43,6 +43,13 @@ def layers_to_update(model: nn.Module, train: bool = False) -> List[str]:
 
     Returns:
         list[str]: The layers' module names.
+
+    Example:
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4),
+        ...                       nn.BatchNorm2d(4).eval())
+        >>> layers_to_update(model)
+        ['1']
     """
     modules = list(model.modules())
     flags = [m.training for m in modules]
@@ -61,7 +68,16 @@ def layers_to_update(model: nn.Module, train: bool = False) -> List[str]:
 
 def find_layers(model: nn.Module) -> Tuple[list, list, list, list]:
     """(participating BN layers with names, frozen names, unaffected names,
-    other norms' running buffers with a copy to restore)."""
+    other norms' running buffers with a copy to restore).
+
+    Example:
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.BatchNorm1d(2), nn.BatchNorm1d(2).eval(),
+        ...                       nn.LayerNorm(2))
+        >>> layers, frozen, unaffected, kept = find_layers(model)
+        >>> [name for name, _ in layers], frozen, unaffected, kept
+        (['0'], ['1'], ['2'], [])
+    """
     layers, frozen, unaffected, kept = [], [], [], []
     for name, module in model.named_modules():
         if isinstance(module, _BatchNorm):

@@ -22,7 +22,14 @@ ALIGN_BYTES = 256
 
 
 class LayerGroup:
-    """BN layers whose buffers share one (device, dtype): flat buffers."""
+    """BN layers whose buffers share one (device, dtype): flat buffers.
+
+    Example:
+        >>> from torch import nn
+        >>> group = LayerGroup([nn.BatchNorm1d(3), nn.BatchNorm1d(5)], 0)
+        >>> group.count, group.sizes
+        (2, [3, 5])
+    """
 
     def __init__(self, layers: List[_BatchNorm], first: int) -> None:
         buf = layers[0].running_mean
@@ -67,6 +74,14 @@ class BNRecorder:
     Args:
         layers (list[_BatchNorm]): The participating BN layers.
         estimator (type[Estimator]): How batch statistics combine.
+
+    Example:
+        >>> from torch import nn
+        >>> from mmstats.precise_bn import PopulationEstimator
+        >>> bns = [nn.BatchNorm1d(3), nn.BatchNorm1d(5)]
+        >>> recorder = BNRecorder(bns, PopulationEstimator)
+        >>> len(recorder.groups), recorder.counts  # one (device, dtype)
+        (1, [0, 0])
     """
 
     def __init__(self, layers: List[_BatchNorm],

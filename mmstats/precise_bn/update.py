@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from mmstats.dist import get_rank, get_world_size, host_group, sum_all_reduce
 from mmstats.sharding import forward_modules, is_sharded, reshard
 from mmstats.stats import suspend_reporting
-from mmstats.utils.args import check_choice, check_positive_int
+from mmstats.utils.args import check_bool, check_choice, check_positive_int
 from .batches import prepare_batch
 from .estimators import ESTIMATORS
 from .layers import find_layers
@@ -33,7 +33,18 @@ _TOO_SMALL = 'Expected more than 1 value per channel'
 @contextmanager
 def preserve_rng_state() -> Iterator[None]:
     """Restore the python, numpy, torch CPU (and initialised CUDA) random
-    states on exit (``torch.random.fork_rng`` for torch's)."""
+    states on exit (``torch.random.fork_rng`` for torch's).
+
+    Example:
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> with preserve_rng_state():
+        ...     _ = torch.rand(3)  # the recomputation draws numbers
+        >>> after = torch.rand(1)
+        >>> _ = torch.manual_seed(0)
+        >>> bool(torch.equal(after, torch.rand(1)))  # as if none were drawn
+        True
+    """
     py_state, np_state = random.getstate(), np.random.get_state()
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     devices = list(range(torch.cuda.device_count())) if cuda else []
@@ -51,7 +62,14 @@ def check_args(num_samples: Any,
     """Validate ``num_samples`` (a positive int) and ``estimator`` (a key of
     :data:`ESTIMATORS`); ``owner`` is named in the error message. A wrong
     type raises TypeError, a wrong value ValueError
-    (:mod:`mmstats.utils.args`)."""
+    (:mod:`mmstats.utils.args`).
+
+    Example:
+        >>> check_args(8192, 'population')  # passes
+        >>> check_args(0, 'population')  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: update_bn_stats: num_samples must be a positive int ...
+    """
     check_positive_int(
         owner,
         'num_samples',
@@ -355,10 +373,7 @@ def update_bn_stats(model: nn.Module,
         True
     """
     check_args(num_samples, estimator)
-    if type(progress) is not bool:  # types, not truthiness: 0, 1.0, 'no'
-        raise TypeError('update_bn_stats: progress must be True or False, '
-                        f'got {progress!r} of type {type(progress).__name__};'
-                        ' write progress=True or progress=False')
+    check_bool('update_bn_stats', 'progress', progress)  # not truthiness
     if forward_context is not None and not callable(forward_context):
         raise TypeError('update_bn_stats: forward_context must be None or a '
                         'callable returning a context manager (e.g. '

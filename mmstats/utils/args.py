@@ -22,11 +22,14 @@ from typing import Any, Callable, Optional, Pattern, Sequence
 
 __all__ = [
     'check_bool', 'check_positive_int', 'check_choice', 'check_str',
-    'compile_regex'
+    'check_names', 'compile_regex', 'scope_inline_flags'
 ]
+
+_GLOBAL_FLAGS = re.compile(r'\(\?([aiLmsux]+)\)')
 
 
 def _got(value: Any) -> str:
+    """``got <value> of type <type>``: what every TypeError says."""
     return f'got {value!r} of type {type(value).__name__}'
 
 
@@ -37,7 +40,16 @@ def check_bool(owner: str,
                meaning: str = '') -> Optional[bool]:
     """``value`` if it is True or False (or None with ``none_ok``), else
     TypeError. ``meaning`` (e.g. ``'None follows the train loop'``) is put
-    into the message."""
+    into the message.
+
+    Example:
+        >>> check_bool('MyHook', 'at_end', True)
+        True
+        >>> check_bool('MyHook', 'at_end', 1)
+        Traceback (most recent call last):
+        TypeError: MyHook: at_end must be True or False, got 1 of type int; \
+write at_end=True or at_end=False
+    """
     if type(value) is bool or (none_ok and value is None):
         return value
     what = 'None or True or False' if none_ok else 'True or False'
@@ -57,7 +69,16 @@ def check_positive_int(owner: str,
                        meaning: str = '') -> Optional[int]:
     """``value`` as an int if it is a positive integer (not a bool), or None
     with ``none_ok``. A non-integer is a TypeError, an integer below 1 a
-    ValueError."""
+    ValueError.
+
+    Example:
+        >>> check_positive_int('MyHook', 'interval', 10, example=10)
+        10
+        >>> check_positive_int('MyHook', 'interval', 0, example=10)
+        Traceback (most recent call last):
+        ValueError: MyHook: interval must be a positive int (e.g. \
+interval=10), got 0
+    """
     if none_ok and value is None:
         return None
     what = 'None or a positive int' if none_ok else 'a positive int'
@@ -76,7 +97,12 @@ def check_positive_int(owner: str,
 def check_choice(owner: str, name: str, value: Any,
                  choices: Sequence[str]) -> str:
     """``value`` if it is one of the strings ``choices``: another type is a
-    TypeError, another string a ValueError."""
+    TypeError, another string a ValueError.
+
+    Example:
+        >>> check_choice('MyHook', 'mode', 'warn', ('warn', 'raise'))
+        'warn'
+    """
     what = f'one of {tuple(choices)}'
     if not isinstance(value, str):
         raise TypeError(f'{owner}: {name} must be {what}, {_got(value)}')
@@ -87,13 +113,59 @@ def check_choice(owner: str, name: str, value: Any,
 
 def check_str(owner: str, name: str, value: Any, example: str) -> str:
     """``value`` if it is a non-empty str: another type is a TypeError, an
-    empty string a ValueError."""
+    empty string a ValueError.
+
+    Example:
+        >>> check_str('MyHook', 'prefix', 'stats', 'stats')
+        'stats'
+    """
     what = f'a non-empty str (e.g. {name}={example!r})'
     if not isinstance(value, str):
         raise TypeError(f'{owner}: {name} must be {what}, {_got(value)}')
     if not value:
         raise ValueError(f'{owner}: {name} must be {what}, got {value!r}')
     return value
+
+
+def check_names(owner: str, name: str, value: Any,
+                allowed: Callable[[Any], bool], what: str) -> tuple:
+    """``tuple(value)`` if it is a non-empty sequence (not a str) of items
+    that ``allowed`` accepts: another type is a TypeError, an empty one or
+    an unknown item a ValueError. ``what`` says what it must be, with an
+    example of the fix.
+
+    Example:
+        >>> what = 'a non-empty list of ("mean", "max"), e.g. ("mean", )'
+        >>> known = {'mean', 'max'}.__contains__
+        >>> check_names('MyHook', 'stats', ['max'], known, what)
+        ('max',)
+        >>> check_names('MyHook', 'stats', 'max', known, what)
+        Traceback (most recent call last):
+        TypeError: MyHook: stats must be a non-empty list of ("mean", "max"), \
+e.g. ("mean", ), got 'max' of type str
+    """
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise TypeError(f'{owner}: {name} must be {what}, {_got(value)}')
+    if not value or not all(allowed(item) for item in value):
+        raise ValueError(f'{owner}: {name} must be {what}, got {value!r}')
+    return tuple(value)
+
+
+def scope_inline_flags(regex: str) -> str:
+    """Turn leading global inline flags into scoped ones.
+
+    ``'(?i)loss'`` becomes ``'(?i:loss)'``, so the pattern can be embedded
+    in a larger one (Python rejects global flags that are not at the start
+    of the whole pattern).
+
+    Example:
+        >>> scope_inline_flags('(?i)loss'), scope_inline_flags('loss')
+        ('(?i:loss)', 'loss')
+    """
+    match = _GLOBAL_FLAGS.match(regex)
+    if match is None:
+        return regex
+    return f'(?{match.group(1)}:{regex[match.end():]})'
 
 
 def compile_regex(owner: str,
@@ -105,7 +177,16 @@ def compile_regex(owner: str,
     """``re.compile(prepare(value))`` for a str ``value`` (a compiled
     pattern is returned as it is with ``pattern_ok``): another type is a
     TypeError, an invalid expression a ValueError with ``re``'s reason and
-    ``hint``."""
+    ``hint``.
+
+    Example:
+        >>> compile_regex('MyHook', 'regex', '(?i)loss',
+        ...               prepare=scope_inline_flags).pattern
+        '(?i:loss)'
+        >>> compile_regex('MyHook', 'regex', 'loss(')  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: MyHook: regex 'loss(' is not a valid regular expression ...
+    """
     if pattern_ok and isinstance(value, Pattern):
         return value
     if not isinstance(value, str):

@@ -33,7 +33,18 @@ def _numpy_globals() -> list:
 
 
 def history_buffer_getattr(obj, name: str):
-    """``getattr`` restricted to ``HistoryBuffer``'s statistics methods."""
+    """``getattr`` restricted to ``HistoryBuffer``'s statistics methods.
+
+    Example:
+        >>> from mmengine.logging import HistoryBuffer
+        >>> history_buffer_getattr(HistoryBuffer, 'mean').__name__
+        'mean'
+        >>> history_buffer_getattr(HistoryBuffer, '__init__')
+        Traceback (most recent call last):
+        _pickle.UnpicklingError: checkpoint asks for getattr(<class \
+'mmengine.logging.history_buffer.HistoryBuffer'>, '__init__'): only \
+HistoryBuffer statistics methods are allowed
+    """
     from mmengine.logging import HistoryBuffer
     allowed = {
         'min', 'max', 'current', 'mean', *HistoryBuffer._statistics_methods
@@ -52,6 +63,13 @@ def allow_mmengine_checkpoints() -> None:
     calls it on import: ``tools/train.py`` and ``tools/test.py`` do, and
     users opt in with ``custom_imports=dict(imports=['mmstats.utils.
     allow_checkpoints'])``.
+
+    Example:
+        .. code-block:: python
+
+            # tools/train.py, before the Runner loads a checkpoint
+            from mmstats.utils import allow_mmengine_checkpoints
+            allow_mmengine_checkpoints()
     """
     from mmengine.config import ConfigDict
     from mmengine.logging import HistoryBuffer

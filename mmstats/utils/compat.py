@@ -21,7 +21,12 @@ MIN_MMENGINE = '0.10.7'
 
 def release(version: str) -> Tuple[int, ...]:
     """The numeric release of a version string: ``'2.11.0+cu130'`` and
-    ``'2.11.0a0+git12ab'`` both give ``(2, 11, 0)``."""
+    ``'2.11.0a0+git12ab'`` both give ``(2, 11, 0)``.
+
+    Example:
+        >>> release('2.11.0+cu130'), release('0.10.7')
+        ((2, 11, 0), (0, 10, 7))
+    """
     match = re.match(r'\d+(\.\d+)*', str(version))
     if match is None:
         raise ValueError(f'not a version: {version!r}')
@@ -58,7 +63,11 @@ def check_version(package: str, found: str, minimum: str) -> None:
 
 def check_dependencies() -> None:
     """Check the installed torch and mmengine (run when ``mmstats`` is
-    imported)."""
+    imported).
+
+    Example:
+        >>> check_dependencies()  # the tested versions: passes
+    """
     import mmengine
     import torch
     check_version('torch', torch.__version__, MIN_TORCH)

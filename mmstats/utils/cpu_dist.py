@@ -36,7 +36,14 @@ _MARK = '_mmstats_setup_launcher'
 
 
 def is_installed() -> bool:
-    """Whether ``Runner.from_cfg`` currently calls ``setup_launcher``."""
+    """Whether ``Runner.from_cfg`` currently calls ``setup_launcher``.
+
+    Example:
+        .. code-block:: python
+
+            from mmstats.utils import cpu_dist
+            cpu_dist.is_installed()  # True under torchrun on a CPU machine
+    """
     return getattr(Runner.from_cfg, _MARK, False)
 
 
@@ -51,7 +58,7 @@ def install() -> bool:
         >>> # what `custom_imports=dict(imports=['mmstats.utils.cpu_dist'])`
         >>> # does; under `torchrun` on a CPU machine:
         >>> from mmstats.utils import cpu_dist
-        >>> cpu_dist.is_installed()
+        >>> cpu_dist.is_installed()  # doctest: +SKIP
         True
     """
     if is_installed():
@@ -72,7 +79,15 @@ def install() -> bool:
 
 
 def uninstall() -> None:
-    """Restore mmengine's ``Runner.from_cfg`` (for tests)."""
+    """Restore mmengine's ``Runner.from_cfg`` (for tests).
+
+    Example:
+        .. code-block:: python
+
+            from mmstats.utils import cpu_dist
+            cpu_dist.uninstall()
+            assert not cpu_dist.is_installed()
+    """
     if is_installed():
         Runner.from_cfg = classmethod(Runner.from_cfg.__func__.__wrapped__)
 

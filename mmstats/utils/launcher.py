@@ -49,6 +49,13 @@ def init_cpu_distributed(launcher: str, timeout_s: int = 1800) -> None:
             ``SLURM_NTASKS``, ``SLURM_NODELIST``; port from ``MASTER_PORT``,
             default 29500) or ``'mpi'`` (Open MPI's ``OMPI_COMM_WORLD_*``).
         timeout_s (int): Collective timeout in seconds. Defaults to 1800.
+
+    Example:
+        .. code-block:: python
+
+            # in each process torchrun started on a machine without CUDA
+            from mmstats.utils import init_cpu_distributed
+            init_cpu_distributed('pytorch')
     """
     if dist.is_initialized():
         return
@@ -78,6 +85,11 @@ def no_buffer_sync_kwargs() -> dict:
     Returns:
         dict: ``{'forward_sync_buffers': False}`` or
         ``{'broadcast_buffers': False}``.
+
+    Example:
+        >>> no_buffer_sync_kwargs() in ({'forward_sync_buffers': False},
+        ...                             {'broadcast_buffers': False})
+        True
     """
     params = inspect.signature(
         torch.nn.parallel.DistributedDataParallel.__init__).parameters
@@ -102,10 +114,12 @@ def setup_launcher(cfg) -> None:
         cfg (Config | dict): The training config, with ``launcher`` set.
 
     Example:
-        >>> cfg = Config.fromfile('configs/x.py')
-        >>> cfg.launcher = 'pytorch'   # under torchrun, on a CPU machine
-        >>> setup_launcher(cfg)         # gloo group, CPU DDP wrapper
-        >>> runner = Runner.from_cfg(cfg)
+        .. code-block:: python
+
+            cfg = Config.fromfile('configs/x.py')
+            cfg.launcher = 'pytorch'   # under torchrun, on a CPU machine
+            setup_launcher(cfg)         # gloo group, CPU DDP wrapper
+            runner = Runner.from_cfg(cfg)
     """
     launcher = cfg.get('launcher', 'none')
     if launcher not in LAUNCHERS:
@@ -137,8 +151,10 @@ def finish_distributed() -> None:
     last collective before any rank tears its group down.
 
     Example:
-        >>> runner.train()
-        >>> finish_distributed()   # the last line of tools/train.py
+        .. code-block:: python
+
+            runner.train()
+            finish_distributed()   # the last line of tools/train.py
     """
     if not (dist.is_available() and dist.is_initialized()):
         return

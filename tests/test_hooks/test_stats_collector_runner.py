@@ -277,12 +277,12 @@ def test_two_ranks_epoch_based_publications_cover_their_iterations(tmp_path):
 
 
 def _slowest(rank, world_size, cases):
-    from mmstats.hooks.log_rhythm import slowest_rank
+    from mmstats.dist import slowest_rank
     return [slowest_rank(seconds[rank]) for seconds in cases]
 
 
 def test_slowest_rank_agrees_on_every_rank_ties_go_to_the_lowest():
-    from mmstats.hooks.log_rhythm import slowest_rank
+    from mmstats.dist import slowest_rank
     assert slowest_rank(1.0) is None  # not distributed
     cases = [(0.1, 0.3, 0.2), (5.0, 0.0, 5.0), (0.0, 0.0, 0.0),
              (1e-6, 2e-6, 0.0), (3600.0, 3599.999999, 0.5)]

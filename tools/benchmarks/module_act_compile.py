@@ -20,7 +20,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 from mmstats import Collector, report
-from mmstats.hooks.module_act import ActivationProbes
+from mmstats.hooks.module_stats_hook import ActivationProbes
 
 
 class Flag:

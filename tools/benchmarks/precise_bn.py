@@ -158,24 +158,26 @@ def bench_hook(runs: int = 6, num_samples: int = 512) -> None:
     for workers, persistent in ((0, False), (2, True), (2, False)):
         runner = MagicMock()
         runner.model = convnet().train()
-        runner.seed, runner.hooks = 0, []
+        runner.seed, runner.hooks, runner.epoch = 0, [], 0
         runner.train_loop = MagicMock(spec=EpochBasedTrainLoop)
         runner.train_dataloader = torch.utils.data.DataLoader(
             SlowDataset(), batch_size=32, num_workers=workers)
-        hook = PreciseBNHook(num_samples=num_samples, progress=False)
-        hook.before_train(runner)
+        restarting = None  # the hook's own loader: workers kept
         if workers and not persistent:
-            loader = hook._loader
-            hook._loader = torch.utils.data.DataLoader(
-                loader.dataset,
+            restarting = dict(
                 batch_size=32,
-                sampler=loader.sampler,
                 num_workers=workers,
-                persistent_workers=False)
+                persistent_workers=False,
+                dataset=runner.train_dataloader.dataset,
+                sampler=dict(type='DefaultSampler', shuffle=True),
+                collate_fn=dict(type='default_collate'))
+        hook = PreciseBNHook(
+            num_samples=num_samples, dataloader=restarting, progress=False)
+        hook.before_train(runner)
         times = []
-        for _ in range(runs):
+        for _ in range(runs):  # every epoch ends with a recomputation
             start = time.perf_counter()
-            hook._run(runner)
+            hook.after_train_epoch(runner)
             times.append(time.perf_counter() - start)
         label = f'{workers}' + (' (persistent)' if persistent else
                                 ' (restarting)' if workers else '')
