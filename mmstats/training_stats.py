@@ -212,7 +212,8 @@ class Collector:
     def update(self) -> None:
         """Publish what was reported since the previous update (a
         collective over the default process group)."""
-        published = self._collector.update()
+        self._collector.update()
+        published = self._collector.as_dict()
         if not self._keep_previous:
             self._moments = {}
         for name, stats in published.items():

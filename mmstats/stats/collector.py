@@ -165,12 +165,9 @@ class Collector:
         return names, rows
 
     # -- publication -------------------------------------------------------
-    def update(self) -> Dict[str, Dict[str, float]]:
+    def update(self) -> None:
         """Publish the statistics of the values reported since the previous
         update (a collective: every rank of the group must call it).
-
-        Returns:
-            dict: What was published, as :meth:`as_dict` returns it.
 
         Raises:
             RuntimeError: On every rank, if reducing the pending values
@@ -196,7 +193,6 @@ class Collector:
         self._counts = {}
         self._publish(table, rows,
                       None if extra is None else extra.unpack(summed, table))
-        return self.as_dict()
 
     def _publish(self,
                  table: List[str],

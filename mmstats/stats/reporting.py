@@ -452,16 +452,10 @@ def enable_compile_support() -> bool:
 
     Example:
         >>> import torch
-        >>> from mmstats import Collector, report
-        >>> collector = Collector()
-        >>> @torch.compile
-        ... def step(x):
-        ...     report('x', x)  # the op in the graph, read at run time
-        ...     return x + 1
-        >>> _ = step(torch.ones(3))
-        >>> collector.update()
-        >>> collector.num('x')
-        3.0
+        >>> enable_compile_support()  # the first trace of report() calls it
+        True
+        >>> torch.ops.mmstats.report.default  # defined now, not at import
+        <OpOverload(op='mmstats.report', overload='default')>
     """
     REPORTER.enable_compile_support()
     return True
