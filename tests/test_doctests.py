@@ -19,7 +19,6 @@ MODULES = [
     'mmstats.hooks.stats_collector_hook',
     'mmstats.hooks.module_stats_hook',
     'mmstats.hooks.precise_bn_hook',
-    'mmstats.hooks.worker_loaders',
     'mmstats.utils.args',
     'mmstats.utils.checkpoint',
     'mmstats.utils.compat',
@@ -38,7 +37,7 @@ def test_examples_run(name):
 def test_every_listed_api_has_an_example():
     import mmstats
     from mmstats import training_stats
-    from mmstats.hooks.worker_loaders import WorkerBatches
+    from mmstats.hooks.stats_collector_hook import WorkerBatches
     for obj in (mmstats.report, mmstats.report0, mmstats.Collector,
                 mmstats.scaled_all_reduce, mmstats.update_bn_stats,
                 mmstats.PreciseBNHook, mmstats.StatsCollectorHook,
