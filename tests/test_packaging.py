@@ -210,4 +210,4 @@ def test_wheel_installs_and_trains_outside_the_checkout(tmp_path):
     assert 'mmstats.hooks.precise_bn_hook.PreciseBNHook' in result['hooks']
     assert ('mmstats.hooks.stats_collector_hook.StatsCollectorHook'
             in result['hooks'])
-    assert 'stats/loss/mean' in result['keys']
+    assert 'train/loss/mean' in result['keys']  # the text line's key

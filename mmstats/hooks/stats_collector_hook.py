@@ -110,8 +110,18 @@ class StatsCollectorHook(Hook):
             :class:`mmstats.Collector`). Defaults to 1000.
         log_regex (str): Names (without ``val/``/``test/``) whose
             statistics the text line shows (``re.fullmatch``); the others
-            go to the visualizers and the message hub only. Defaults to
-            ``'(?!modules/).*'``: all but ModuleStatsHook's.
+            go to the visualizers only. Defaults to ``'(?!modules/).*'``:
+            all but ModuleStatsHook's.
+        hub_regex (str, optional): Names (without ``val/``/``test/``) whose
+            statistics also go to the message hub as
+            ``<prefix>/<name>/<stat>`` (a history of 10 values each), for a
+            hook of your own that reads ``runner.message_hub``. None: none.
+            The visualizers (``scalars.json``, TensorBoard) get every
+            statistic either way, and the hub always holds the text line's
+            keys (``train/<name>/<stat>``, the latest value) for LoggerHook.
+            Each key costs ~10 us per publication (mmengine's
+            ``HistoryBuffer`` copies its history on every update), more
+            than the visualizer's write of it. Defaults to None.
 
     Example:
         >>> # in a config: custom_hooks = [
@@ -136,7 +146,8 @@ class StatsCollectorHook(Hook):
                  keep_previous: bool = False,
                  on_nonfinite: str = 'warn',
                  max_names: int = 1000,
-                 log_regex: str = r'(?!modules/).*') -> None:
+                 log_regex: str = r'(?!modules/).*',
+                 hub_regex: Optional[str] = None) -> None:
         scoped = _check_args(
             interval,
             dict(
@@ -151,6 +162,8 @@ class StatsCollectorHook(Hook):
         self.stats = tuple(stats)
         self.log_stats = tuple(log_stats)
         self.log_regex = compile_regex(OWNER, 'log_regex', log_regex)
+        self.hub_regex = None if hub_regex is None else compile_regex(
+            OWNER, 'hub_regex', hub_regex)
         self.prefix = prefix
         self.collect_outputs = collect_outputs
         self.collect_timing = collect_timing
@@ -305,9 +318,9 @@ class StatsCollectorHook(Hook):
     def _publish(self, runner: Runner, mode: str, logged: bool,
                  step: int) -> dict:
         """Collect and check the statistics of ``mode``: all of them to the
-        visualizers with ``step`` and to the message hub without mode; the
-        short text ones to the message hub as ``<mode>/<key>`` for
-        LoggerHook's line (if ``logged``). Returns the text ones."""
+        visualizers with ``step`` (those of ``hub_regex`` to the message hub
+        too); the short text ones to the message hub as ``<mode>/<key>``
+        for LoggerHook's line (if ``logged``). Returns the text ones."""
         results = self.collect(mode)
         self._check_nonfinite(runner, results)
         every = self._scalars(results)
@@ -316,14 +329,23 @@ class StatsCollectorHook(Hook):
             slowest = slowest_rank(total)
             if slowest is not None:
                 every[f'{self.prefix}/data_time/slowest_rank'] = slowest
-        for key, value in every.items():
-            _hub_scalar(runner.message_hub, key, value)
+        if self.hub_regex is not None:
+            self._to_hub_history(runner.message_hub, every)
         if every:
             runner.visualizer.add_scalars(every, step=step)
         text = self._scalars(results, text=True)
         if logged:
             self._to_message_hub(runner, mode, text)
         return text
+
+    def _to_hub_history(self, hub: MessageHub, scalars: dict) -> None:
+        """The ``<prefix>/<name>/<stat>`` keys of the names ``hub_regex``
+        matches, with a history, into the message hub."""
+        start = len(self.prefix) + 1
+        for key, value in scalars.items():
+            name = _PHASE_PREFIX.sub('', key[start:key.rindex('/')])
+            if self.hub_regex.fullmatch(name):
+                _hub_scalar(hub, key, value)
 
     def _to_message_hub(self, runner: Runner, mode: str,
                         scalars: dict) -> None:
@@ -337,7 +359,7 @@ class StatsCollectorHook(Hook):
             hub.log_scalars.pop(stale, None)
         self._text_keys[mode] = keys
         for key, value in scalars.items():
-            _hub_scalar(hub, f'{mode}/{key}', value)
+            _hub_latest(hub, f'{mode}/{key}', value)
             if key in self._seen_keys:
                 continue
             self._seen_keys.add(key)
@@ -458,6 +480,17 @@ def _hub_scalar(hub: MessageHub, key: str, value: float) -> None:
                                              max_length=HUB_HISTORY)
     else:
         buffer.update(value)
+
+
+def _hub_latest(hub: MessageHub, key: str, value: float) -> None:
+    """Hold the latest ``value`` of ``key`` in the message hub, written in
+    place (no copy; LoggerHook's line shows the current value, see
+    :func:`_log_current_value`); nothing goes into checkpoints."""
+    buffer = hub.log_scalars.get(key)
+    if buffer is None or buffer.max_length != 1:
+        hub.log_scalars[key] = HistoryBuffer([float(value)], [1], max_length=1)
+    else:
+        buffer.data[0][0] = value
 
 
 def _log_current_value(processor: LogProcessor, key: str) -> None:

@@ -71,6 +71,9 @@ def test_inline_flags_in_regex():
     assert list(hook.collect('train')) == ['LOSS']
 
 
+STATS = ('mean', 'std', 'min', 'max')  # the hook's default
+
+
 # ------------------------------------------------------ mocked-Runner logic
 def mock_runner(epoch_len,
                 loop=EpochBasedTrainLoop,
@@ -197,7 +200,8 @@ def test_values_reported_during_validation_are_kept_apart():
         interval=1,
         collect_outputs=False,
         collect_timing=False,
-        stats=('mean', ))
+        stats=('mean', ),
+        hub_regex='.*')
     runner, published = mock_runner(100, IterBasedTrainLoop, 1)
     hook.before_run(runner)
     runner.iter, runner.epoch = 0, 0
@@ -217,7 +221,8 @@ def test_nonfinite_actions(action, caplog):
         interval=2,
         collect_outputs=False,
         collect_timing=False,
-        on_nonfinite=action)
+        on_nonfinite=action,
+        hub_regex='.*')
     runner, published = mock_runner(100, IterBasedTrainLoop, 2)
     hook.before_run(runner)
     runner.iter = 0
@@ -275,7 +280,10 @@ def test_quantiles_are_published():
 
 def test_log_regex_keeps_names_out_of_the_text_line_only():
     hook = StatsCollectorHook(
-        interval=1, collect_outputs=False, collect_timing=False)
+        interval=1,
+        collect_outputs=False,
+        collect_timing=False,
+        hub_regex='.*')
     runner, published = mock_runner(100, IterBasedTrainLoop, 1)
     hook.before_run(runner)
     runner.iter = 0
@@ -397,7 +405,7 @@ def test_a_run_that_stops_between_publications_publishes_the_rest():
 
 def test_the_message_hub_stays_flat_over_many_publications():
     from mmstats.hooks.stats_collector_hook import HUB_HISTORY
-    hook = StatsCollectorHook(interval=1, collect_timing=False)
+    hook = StatsCollectorHook(interval=1, collect_timing=False, hub_regex='.*')
     runner, _ = mock_runner(10**6, IterBasedTrainLoop, 1)
     hook.before_run(runner)
     for it in range(3 * HUB_HISTORY):
@@ -406,11 +414,54 @@ def test_the_message_hub_stays_flat_over_many_publications():
         hook.after_train_iter(runner, it, outputs=dict(loss=torch.tensor(1.)))
     buffers = runner.message_hub.log_scalars
     assert len(buffers) == 10  # stats/{x,loss}/{4 stats} + 2 text keys
-    assert all(len(b.data[0]) == HUB_HISTORY for b in buffers.values())
+    assert all(
+        len(b.data[0]) == (1 if key.startswith('train/') else HUB_HISTORY)
+        for key, b in buffers.items())
     # nothing of ours is saved in (or warned about at the resume of) a
     # checkpoint
     assert runner.message_hub.state_dict()['log_scalars'] == {}
     assert runner.message_hub.state_dict()['resumed_keys'] == {}
+
+
+def test_the_message_hub_gets_what_something_reads(monkeypatch):
+    """By default a publication writes to the message hub the text line's
+    keys only, in place (no ``HistoryBuffer.update``: no history copied),
+    while the visualizer gets every statistic; ``hub_regex`` adds the
+    keys of the names asked for, with their history."""
+    from mmengine.logging import HistoryBuffer
+    updates = []
+    update = HistoryBuffer.update
+
+    def counting_update(self, *args, **kwargs):
+        updates.append(1)
+        return update(self, *args, **kwargs)
+
+    monkeypatch.setattr(HistoryBuffer, 'update', counting_update)
+    for hub_regex, hub_names in ((None, 0), ('n1.*', 11)):
+        hook = StatsCollectorHook(
+            interval=1,
+            collect_outputs=False,
+            collect_timing=False,
+            hub_regex=hub_regex)
+        runner, published = mock_runner(100, IterBasedTrainLoop, 1)
+        hook.before_run(runner)
+        updates.clear()
+        for it in range(3):
+            runner.iter = it
+            for i in range(50):
+                report(f'n{i}', float(it + i))
+            hook.after_train_iter(runner, it)
+        hub = runner.message_hub.log_scalars
+        text = {f'train/n{i}/mean' for i in range(50)}
+        stats = {f'stats/n{i}/{s}' for i in range(50) for s in STATS}
+        asked = {k for k in stats if k.startswith('stats/n1')}
+        assert set(hub) - text == (asked if hub_regex else set())
+        assert len(hub) - len(text) == 4 * hub_names
+        assert all(hub[k].current() == 2 + int(k[7:-5]) for k in text)
+        # the history kept where asked: 3 values, 2 updates each
+        assert len(updates) == 2 * 4 * hub_names
+        assert [step for step, _ in published] == [1, 2, 3]
+        assert all(set(scalars) == stats for _, scalars in published)
 
 
 def _slowest_rank_worker(rank, world):

@@ -193,7 +193,10 @@ def _train_rank(rank, world_size, work_dir, hook_args, on_nonfinite='warn'):
     cfg = gloo_launch(
         toy_cfg(work_dir, by_epoch=False, max_iters=6, log_interval=3))
     cfg.custom_hooks = [
-        dict(type='mmstats.StatsCollectorHook', on_nonfinite=on_nonfinite),
+        dict(
+            type='mmstats.StatsCollectorHook',
+            on_nonfinite=on_nonfinite,
+            hub_regex='.*'),
         dict(type='LossRecorderHook', **hook_args)
     ]
     runner = Runner.from_cfg(cfg)
