@@ -200,6 +200,7 @@ class StatsCollectorHook(Hook):
         self._text_keys: Dict[str, set] = {}  # mode -> keys in the hub now
         self._nonfinite_names: set = set()
         self._merged_warned: set = set()
+        self._layouts: Dict[tuple, tuple] = {}  # (name, text) -> keys
         self._time_sum = 0.0
         self._unpublished = 0  # training iterations since the publication
 
@@ -294,26 +295,42 @@ class StatsCollectorHook(Hook):
         ``text`` the log line's ``{'<name>/<stat>': value}`` of
         ``log_stats`` (max for timing; ``nonfinite`` where it was seen)."""
         scalars = {}
-        prefix = '' if text else f'{self.prefix}/'
+        layouts = self._layouts
+        flag_nonfinite = self.on_nonfinite != 'ignore'
         # timing first: next to LoggerHook's time and data_time (rank 0's)
-        order = {name: i for i, name in enumerate(TIMING_NAMES)}
-        for name in sorted(results, key=lambda n: order.get(n, len(order))):
+        names = [n for n in TIMING_NAMES if n in results]
+        names += [n for n in results if n not in TIMING_NAMES]
+        for name in names:
+            layout = layouts.get((name, text))
+            if layout is None:
+                layout = layouts[(name, text)] = self._layout(name, text)
+            keys, nonfinite_key = layout
             values = results[name]
-            if text and name in TIMING_NAMES and 'max' in self.stats:
-                stats = ('max', )  # the slowest rank's iteration
-            elif text and not self.log_regex.fullmatch(
-                    _PHASE_PREFIX.sub('', name)):
-                stats = ()  # in scalars.json only (NaN counts still shown)
-            else:
-                stats = self.log_stats if text else self.stats
-            for stat in stats:
+            for key, stat in keys:
                 value = values[stat]
                 if value == value:  # skip NaN: nothing reported yet
-                    scalars[f'{prefix}{name}/{stat}'] = value
-            if (self.on_nonfinite != 'ignore' and 'nonfinite' not in stats
+                    scalars[key] = value
+            if (flag_nonfinite and nonfinite_key is not None
                     and name in self._nonfinite_names):
-                scalars[f'{prefix}{name}/nonfinite'] = values['nonfinite']
+                scalars[nonfinite_key] = values['nonfinite']
         return scalars
+
+    def _layout(self, name: str, text: bool) -> tuple:
+        """The keys of ``name`` (computed once per run): ``((key, stat),
+        ...)`` and the key its ``nonfinite`` count takes where it was seen
+        (None when ``nonfinite`` is published anyway)."""
+        prefix = '' if text else f'{self.prefix}/'
+        if text and name in TIMING_NAMES and 'max' in self.stats:
+            stats = ('max', )  # the slowest rank's iteration
+        elif text and not self.log_regex.fullmatch(
+                _PHASE_PREFIX.sub('', name)):
+            stats = ()  # in scalars.json only (NaN counts still shown)
+        else:
+            stats = self.log_stats if text else self.stats
+        keys = tuple((f'{prefix}{name}/{stat}', stat) for stat in stats)
+        nonfinite = (None
+                     if 'nonfinite' in stats else f'{prefix}{name}/nonfinite')
+        return keys, nonfinite
 
     def _publish(self, runner: Runner, mode: str, logged: bool,
                  step: int) -> dict:

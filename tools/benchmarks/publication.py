@@ -69,15 +69,16 @@ def run(names: int, iters: int) -> Dict[str, List[float]]:
             optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
             train_cfg=dict(by_epoch=False, max_iters=iters),
             default_hooks=dict(
-                logger=dict(type='LoggerHook', interval=10**9),
+                logger=dict(type='LoggerHook', interval=1),
                 checkpoint=dict(type='CheckpointHook', interval=10**9)),
             custom_hooks=[dict(type='mmstats.StatsCollectorHook', interval=1)],
             visualizer=dict(
                 type='Visualizer',
                 vis_backends=[dict(type='LocalVisBackend')]),
             log_level='WARNING')
-        hook = next(h for h in runner.hooks
-                    if type(h).__name__ == 'StatsCollectorHook')
+        hook = next(
+            h for h in runner.hooks
+            if type(h).__name__ == 'StatsCollectorHook')
         times: Dict[str, List[float]] = dict(publication=[], add_scalars=[])
         runner.visualizer  # built
         add_scalars = runner.visualizer.add_scalars
@@ -104,7 +105,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--iters', type=int, default=40)
     parser.add_argument('--rounds', type=int, default=3)
-    parser.add_argument('--names', type=int, nargs='+', default=[10, 100, 1000])
+    parser.add_argument(
+        '--names', type=int, nargs='+', default=[10, 100, 1000])
     args = parser.parse_args()
     torch.set_num_threads(1)
     results = {n: dict(publication=[], add_scalars=[]) for n in args.names}
