@@ -72,7 +72,7 @@ class Collector:
         >>> for loss in (0.5, 1.5, 1.0):
         ...     _ = report('loss', loss)
         >>> _ = report('acc', 0.9)  # not matched: not published here
-        >>> collector.update()  # a collective: every rank calls it
+        >>> _ = collector.update()  # a collective: every rank calls it
         >>> collector.as_dict()['loss']['mean'], collector.names()
         (1.0, ['loss'])
     """

@@ -288,7 +288,7 @@ def report(name: str, value: Any) -> Any:
         >>> collector = Collector(regex='loss|feat_norm')
         >>> loss = report('loss', torch.tensor(0.5))  # returns its value
         >>> _ = report('feat_norm', [1.0, 2.0, 3.0])  # every element counts
-        >>> collector.update()  # a collective: every rank calls it
+        >>> _ = collector.update()  # a collective: every rank calls it
         >>> collector.num('feat_norm'), collector.mean('feat_norm')
         (3.0, 2.0)
     """
@@ -326,7 +326,7 @@ def report0(name: str, value: Any) -> Any:
         >>> from mmstats import Collector, report0
         >>> collector = Collector(regex='lr')
         >>> _ = report0('lr', 0.1)  # counted on rank 0, only named elsewhere
-        >>> collector.update()  # a collective: every rank calls it
+        >>> _ = collector.update()  # a collective: every rank calls it
         >>> collector.num('lr'), collector.mean('lr')  # the same on every rank
         (1.0, 0.1)
     """
@@ -364,7 +364,7 @@ def phase(name: Optional[str]) -> Optional[str]:
         >>> previous = phase('val')
         >>> _ = report('acc', 1.0)
         >>> _ = phase(previous)
-        >>> collector.update()
+        >>> _ = collector.update()
         >>> collector.names()
         ['val/acc']
     """
@@ -387,6 +387,7 @@ def suspend_reporting() -> Any:
         >>> with suspend_reporting():
         ...     _ = report('ignored', 1.0)
         >>> collector.update()
+        {}
         >>> collector.names()
         []
     """
@@ -404,6 +405,7 @@ def reset() -> None:
         >>> _ = report('dropped', 1.0)
         >>> reset()
         >>> collector.update()
+        {}
         >>> collector.names()
         []
     """
@@ -459,7 +461,7 @@ def enable_compile_support() -> bool:
         ...     report('x', x)  # the op in the graph, read at run time
         ...     return x + 1
         >>> _ = step(torch.ones(3))
-        >>> collector.update()
+        >>> _ = collector.update()
         >>> collector.num('x')
         3.0
     """
