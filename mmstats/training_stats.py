@@ -67,7 +67,15 @@ _is_compiling = torch.compiler.is_compiling
 
 
 class EasyDict(dict):
-    """A dict whose items are also attributes (like ``dnnlib.EasyDict``)."""
+    """A dict whose items are also attributes (like ``dnnlib.EasyDict``).
+
+    Example:
+        >>> from mmstats import training_stats
+        >>> d = training_stats.EasyDict(lr=0.1)
+        >>> d.batch = 64
+        >>> d.lr, d['batch']
+        (0.1, 64)
+    """
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -93,6 +101,16 @@ def init_multiprocessing(rank: int, sync_device: Any) -> None:
         rank (int): Rank of the current process (unused).
         sync_device (torch.device, optional): Device for communication
             (unused).
+
+    Example:
+        >>> import torch
+        >>> from mmstats import training_stats
+        >>> training_stats.init_multiprocessing(0, torch.device('cpu'))
+        >>> collector = training_stats.Collector(regex='Example/init')
+        >>> _ = training_stats.report('Example/init', 2.0)  # as without it
+        >>> collector.update()
+        >>> collector['Example/init']
+        2.0
     """
 
 

@@ -7,6 +7,11 @@ import pytest
 MODULES = [
     'mmstats.stats.reporting',
     'mmstats.stats.collector',
+    'mmstats.stats.pending',
+    'mmstats.stats.protocol',
+    'mmstats.stats.sketch',
+    'mmstats.stats.sketch_sum',
+    'mmstats.stats.workers',
     'mmstats.dist',
     'mmstats.sharding',
     'mmstats.precise_bn.update',

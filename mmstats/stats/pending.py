@@ -54,6 +54,14 @@ class Flush(NamedTuple):
             (columns of :mod:`.moments`).
         counts (list[Sketch], optional): One sparse sketch per name, or
             None when no live collector sketches.
+
+    Example:
+        >>> store = RootStore(PendingSketches())
+        >>> store.add('b', 1.0)
+        >>> store.add('a', [2.0, 4.0])
+        >>> flushed = store.flush()  # a Flush
+        >>> flushed.names, flushed.rows[:, 1].tolist(), flushed.counts
+        (['a', 'b'], [3.0, 1.0], None)
     """
     names: List[str]
     rows: torch.Tensor
@@ -62,7 +70,14 @@ class Flush(NamedTuple):
 
 # -- value checks (the slow paths of report()) ------------------------------
 def name_error(name: Any) -> TypeError:
-    """The error of a name that is not a str."""
+    """The error of a name that is not a str.
+
+    Example:
+        >>> raise name_error(3)
+        Traceback (most recent call last):
+        ...
+        TypeError: report(): the name must be a str, got int 3
+    """
     return TypeError(f'report(): the name must be a str, got '
                      f'{type(name).__name__} {name!r}')
 
@@ -115,7 +130,7 @@ class PendingSketches:
         >>> import numpy as np, torch
         >>> sketches = PendingSketches()
         >>> sketches.add('x', torch.ones(8))
-        >>> [s.total() for s in sketches.flush(['x'], np.zeros(0),
+        >>> [s.total for s in sketches.flush(['x'], np.zeros(0),
         ...                                     np.zeros(0, np.int64))]
         [8.0]
     """

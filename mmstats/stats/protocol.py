@@ -102,7 +102,16 @@ class ReduceFns:
 
 
 class RankFailure(RuntimeError):
-    """Raised on every rank when :meth:`NameTable.sync` saw a failure."""
+    """Raised on every rank when :meth:`NameTable.sync` saw a failure.
+
+    Example:
+        >>> import numpy as np
+        >>> table = NameTable(max_names=8, evict_after=2)
+        >>> table.sync(['x'], np.zeros((1, 6)), ReduceFns(), failed=True)
+        Traceback (most recent call last):
+        ...
+        mmstats.stats.protocol.RankFailure: Collector.update() failed on rank 0
+    """
 
 
 def sum_blocks(fns: ReduceFns,
@@ -111,6 +120,13 @@ def sum_blocks(fns: ReduceFns,
 
     The place where more per-name payloads (e.g. fixed-size sketch bucket
     counts) join the moments' first SUM.
+
+    Example:
+        >>> import numpy as np
+        >>> first, second = sum_blocks(ReduceFns(),
+        ...                            [np.ones(2), np.zeros((1, 3))])
+        >>> first.tolist(), second.shape  # one process: sums of one rank
+        ([1.0, 1.0], (1, 3))
     """
     flat = fns.all_reduce_sum(
         np.concatenate([np.asarray(b, np.float64).ravel() for b in blocks]))
@@ -144,6 +160,14 @@ def reduce_moments(local: np.ndarray,
     Returns:
         tuple[np.ndarray, np.ndarray | None]: ``(T, ROW_WIDTH)`` global
         rows, identical on all ranks, and the summed ``extra``.
+
+    Example:
+        >>> import numpy as np
+        >>> local = np.array([[2., 3., 2., 2., 4., 0.]])  # the row of [2, 4]
+        >>> rows, extra = reduce_moments(local, local[:, 3], local[:, 4],
+        ...                              ReduceFns(), extra=np.ones(2))
+        >>> rows.tolist(), extra.tolist()  # one process: its own rows
+        ([[2.0, 3.0, 2.0, 2.0, 4.0, 0.0]], [1.0, 1.0])
     """
     n_i, mean_i = local[:, N], local[:, MEAN]
     has_finite = high >= low
@@ -177,6 +201,13 @@ def merge_gathered(gathered: np.ndarray) -> np.ndarray:
     Returns:
         np.ndarray: ``(T, ROW_WIDTH)`` global rows (Chan et al.'s pairwise
         merge, exact and the same bits on every rank).
+
+    Example:
+        >>> import numpy as np
+        >>> gathered = np.array([[[2., 3., 2., 2., 4., 0.]],  # rank 0: [2, 4]
+        ...                      [[1., 6., 0., 6., 6., 0.]]])  # rank 1: [6]
+        >>> merge_gathered(gathered).tolist()  # the row of [2, 4, 6]
+        [[3.0, 4.0, 8.0, 2.0, 6.0, 0.0]]
     """
     out = gathered[0].copy()
     for rows in gathered[1:]:
@@ -203,6 +234,17 @@ class NameTable:
         evict_after (int): A name without any value on any rank for this
             many consecutive updates leaves the table.
         owner (str): Who warns (for messages). Defaults to 'Collector'.
+
+    Example:
+        >>> import numpy as np
+        >>> table, fns = NameTable(max_names=8, evict_after=2), ReduceFns()
+        >>> row = np.array([[2., 3., 2., 2., 4., 0.]])  # the row of [2, 4]
+        >>> table.sync(['loss'], row, fns)[0]
+        ['loss']
+        >>> table.sync([], np.zeros((0, 6)), fns)[0]  # idle once: kept
+        ['loss']
+        >>> table.sync([], np.zeros((0, 6)), fns)[0]  # twice: evicted
+        []
     """
 
     def __init__(self,

@@ -470,7 +470,17 @@ enable_compile_support._dynamo_marked_constant = True  # type: ignore
 
 
 def report_traced(name: str, value: Any, rank0: bool) -> Any:
-    """What :func:`report` does while dynamo traces it."""
+    """What :func:`report` does while dynamo traces it.
+
+    Example:
+        >>> import torch
+        >>> from mmstats import Collector
+        >>> collector = Collector()
+        >>> x = report_traced('x', torch.ones(2), rank0=False)  # runs eagerly
+        >>> collector.update()
+        >>> collector.num('x')  # the op's kernel reported it
+        2.0
+    """
     enable_compile_support()  # a trace-time constant
     if isinstance(value, torch.Tensor):
         torch.ops.mmstats.report(value, name, rank0)

@@ -51,6 +51,15 @@ def layout(low: np.ndarray,
     Returns:
         tuple: ``(neg_top, neg_count, pos_bottom, pos_count, offsets)``,
         int64 arrays; ``offsets`` has ``T + 1`` entries.
+
+    Example:
+        >>> import numpy as np
+        >>> low, high = np.array([1., -2.]), np.array([4., -1.])
+        >>> _, neg_count, _, pos_count, offsets = layout(low, high)
+        >>> neg_count.tolist(), pos_count.tolist()  # keys + margins
+        ([0, 38], [73, 0])
+        >>> offsets.tolist()  # each block: neg_count + 3 + pos_count
+        [0, 76, 117]
     """
     has = high >= low
     code = buckets.magnitude_codes
@@ -85,6 +94,16 @@ class SketchSum:
     Args:
         pending (dict[str, Sketch]): This rank's sketches by name.
         buckets (LogBuckets): The layout. Defaults to ``DEFAULT_BUCKETS``.
+
+    Example:
+        >>> import numpy as np, torch
+        >>> from mmstats.stats.sketch import bucket_counts
+        >>> sketch = bucket_counts(torch.tensor([1., 2., 4.]))
+        >>> extra = SketchSum({'x': sketch})
+        >>> block = extra(['x'], np.array([1.]), np.array([4.]))  # this rank's
+        >>> summed = extra.unpack(block, ['x'])  # one rank: its own block
+        >>> summed[0].total, summed[0].codes.tolist() == sketch.codes.tolist()
+        (3.0, True)
     """
 
     def __init__(self,

@@ -30,12 +30,24 @@ _ATTR = 'mmstats_reports'
 
 
 class ReportedDict(dict):
-    """A collated dict batch that carries a worker's reported values."""
+    """A collated dict batch that carries a worker's reported values.
+
+    Example:
+        >>> batch = ReportedDict(img=[1, 2])  # the same keys and items
+        >>> batch['img'], batch.mmstats_reports, carries_reports(batch)
+        ([1, 2], None, True)
+    """
     mmstats_reports: Optional[Flush] = None  # counts sparse
 
 
 class ReportedList(list):
-    """A collated list batch that carries a worker's reported values."""
+    """A collated list batch that carries a worker's reported values.
+
+    Example:
+        >>> batch = ReportedList([1, 2])  # the same items
+        >>> batch == [1, 2], batch.mmstats_reports, carries_reports(batch)
+        (True, None, True)
+    """
     mmstats_reports: Optional[Flush] = None  # counts sparse
 
 
@@ -45,6 +57,13 @@ class WorkerReportingCollate:
 
     Args:
         collate_fn (Callable): The loader's collate function.
+
+    Example:
+        >>> collate = WorkerReportingCollate(lambda samples: {'x': samples})
+        >>> collate([1, 2])  # main process: the batch as is
+        {'x': [1, 2]}
+        >>> collate.dropped_batches
+        0
     """
 
     def __init__(self, collate_fn: Callable) -> None:
@@ -98,7 +117,12 @@ class WorkerReportingCollate:
 
 def carries_reports(data_batch: Any) -> bool:
     """Whether a batch of this type can carry a worker's reported values
-    (dicts and lists can; tuples and other classes cannot)."""
+    (dicts and lists can; tuples and other classes cannot).
+
+    Example:
+        >>> [carries_reports(b) for b in ({'x': 1}, [1], (1, ))]
+        [True, True, False]
+    """
     return isinstance(
         data_batch, (dict, list)) and type(data_batch) in (dict, ReportedDict,
                                                            list, ReportedList)
@@ -111,6 +135,17 @@ def deliver_worker_reports(data_batch: Any) -> None:
 
     Args:
         data_batch (Any): The batch the loop is about to feed the model.
+
+    Example:
+        >>> from mmstats import Collector, report
+        >>> collector = Collector()
+        >>> _ = report('aug', [1.0, 3.0])  # as if in a worker, whose
+        >>> batch = ReportedDict(x=1)  # collate_fn attaches them:
+        >>> batch.mmstats_reports = REPORTER.take()
+        >>> deliver_worker_reports(batch)
+        >>> collector.update()
+        >>> batch.mmstats_reports, collector.mean('aug')
+        (None, 2.0)
     """
     payload = getattr(data_batch, _ATTR, None)
     if payload is None:
