@@ -9,6 +9,7 @@ deviations from ``mean`` and ``nonfinite`` the number of NaN / inf values
 parallel formula, so reductions can happen in any grouping and order.
 """
 import math
+import threading
 from fractions import Fraction
 from typing import Any, Dict, List, Optional
 
@@ -120,6 +121,34 @@ _MAX_CANCELLATION = 256.
 # two of each other, their float64 (pairwise) sum is exact.
 _EXACT_SUM_NUMEL = 2**28
 
+# Float64 copies (and float16's float32 ones) of this many bytes in all are
+# kept per thread between calls: a large report() then writes to memory it
+# used before, not to a fresh allocation that the C allocator may map, and
+# page-fault in, anew every call (~3x the whole reduction's time at 1 M
+# values on a loaded machine).
+_WORKSPACE_BYTES = 32 * 2**20
+_WORKSPACE = threading.local()
+
+
+def _workspace_copy(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``flat``'s values cast to ``dtype`` in this thread's workspace (one
+    ``copy_``; an ``empty`` too the first time a size is seen), to be
+    overwritten by the next call with as many values: the caller's
+    scratch, never returned."""
+    numel = flat.numel()
+    nbytes = numel * dtype.itemsize
+    if nbytes > _WORKSPACE_BYTES:
+        return flat.to(dtype, copy=True)
+    buffers = getattr(_WORKSPACE, 'buffers', None)
+    if buffers is None:
+        buffers = _WORKSPACE.buffers = {}
+    buffer = buffers.get((numel, dtype))
+    if buffer is None:
+        if nbytes + sum(b.nbytes for b in buffers.values()) > _WORKSPACE_BYTES:
+            buffers.clear()
+        buffer = buffers[numel, dtype] = torch.empty(numel, dtype=dtype)
+    return buffer.copy_(flat)
+
 
 def _reduce_finite_cpu(flat: torch.Tensor, low: float,
                        high: float) -> torch.Tensor:
@@ -145,25 +174,23 @@ def _reduce_finite_cpu(flat: torch.Tensor, low: float,
 
     float32: 5 or 6 dispatcher calls (8 for the refined sum of squares);
     float16 values go through float32 (~2x faster than float16 ->
-    float64 on CPU): one more.
+    float64 on CPU): one more. The copies go to :func:`_workspace_copy`.
     """
     numel = flat.numel()
     if flat.dtype is torch.float16:
-        flat = flat.float()
-    values = flat.to(_F64)  # float64 values: not copied, never written
+        flat = _workspace_copy(flat, torch.float32)
+    values = _workspace_copy(flat, _F64)
     total = values.sum().tolist()
     mean = total / numel
     if not (0. < low and high <= 2. * low or high < 0. and low >= 2. * high):
-        squares = (values.square()
-                   if values is flat else values.square_()).sum().tolist()
+        squares = values.square_().sum().tolist()
         m2 = squares - total * mean
         if squares <= _MAX_CANCELLATION * m2:
             return _row(numel, mean, m2, low, high)
-        values = flat.to(_F64)  # squared in place: again
-        dev = values - mean if values is flat else values.sub_(mean)
+        dev = _workspace_copy(flat, _F64).sub_(mean)  # squared: again
         return _row(numel, mean, torch.dot(dev, dev).tolist(), low, high)
     shift = min(max(mean, low), high)
-    dev = values - shift if values is flat else values.sub_(shift)
+    dev = values.sub_(shift)
     if flat.dtype is not _F64 and numel <= _EXACT_SUM_NUMEL:
         dev_total = float(Fraction(total) - numel * Fraction(shift))
     else:

@@ -216,3 +216,27 @@ def test_reduce_tensor_with_inf_and_no_nan(bad, dtype, sync_free):
     row = merge_rows(row[None], torch.zeros(1, dtype=torch.long), 1)[0]
     assert row[N] == 4999 and row[NONFINITE] == 1
     assert_row(row, x.double().numpy())
+
+
+def test_large_tensors_reduced_in_threads_at_once():
+    """The CPU reduction's float64 scratch copies are per thread: tensors
+    of one size reduced in several threads at once keep their own rows."""
+    import threading
+    xs = [torch.randn(65536) * (i + 1) + i for i in range(4)]
+    rows = [[] for _ in xs]
+    start = threading.Barrier(len(xs))
+
+    def work(i):
+        start.wait()
+        for _ in range(20):
+            rows[i].append(reduce_tensor(xs[i]))
+
+    threads = [threading.Thread(target=work, args=(i, )) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for x, got in zip(xs, rows):
+        assert len(got) == 20
+        for row in got:
+            assert_row(row, x.double().numpy())
