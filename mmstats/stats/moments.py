@@ -9,6 +9,8 @@ deviations from ``mean`` and ``nonfinite`` the number of NaN / inf values
 parallel formula, so reductions can happen in any grouping and order.
 """
 import math
+import threading
+from fractions import Fraction
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -77,10 +79,11 @@ def reduce_tensor(x: torch.Tensor,
 
     - CPU (``sync_free=False``): ``aminmax`` of the values, read on the
       host (a CPU scalar, not a device sync); if both are finite, so is
-      every value, and a corrected two-pass in a float64 copy (sum, shift
-      in place, sum and dot of the deviations) gives the mean and ``M2``:
-      7 dispatcher calls at any size. Only a tensor with NaN / inf takes
-      the masked :func:`reduce_values`.
+      every value, and :func:`_reduce_finite_cpu` gives the row from one
+      float64 copy: 6-9 dispatcher calls in all (6 for float32 values
+      around zero, 7 far from it, one more for float16), never more than
+      StyleGAN3's ``report``. Only a tensor with NaN / inf takes the masked
+      :func:`reduce_values`.
     - other devices (``sync_free=True``): ``var_mean`` and ``aminmax`` of
       the values with every non-finite one replaced by the mean of the
       finite ones (which changes neither ``M2`` nor the range), so no host
@@ -108,16 +111,98 @@ def reduce_tensor(x: torch.Tensor,
     low, high = (t.tolist() for t in torch.aminmax(flat))
     if not (math.isfinite(low) and math.isfinite(high)):
         return reduce_values(flat.to(_F64))[0]
-    # Corrected two-pass in float64 (CPU var_mean is a slow per-element
-    # Welford loop): a private copy, shifted in place by the mean.
-    x64 = flat.to(_F64, copy=True)
-    mean = x64.sum().tolist() / numel
-    dev = x64.sub_(mean)
-    mean_fix = dev.sum().tolist() / numel
-    m2 = torch.dot(dev, dev).tolist() - mean_fix * mean_fix * numel
-    return torch.tensor([numel, mean + mean_fix,
-                         max(m2, 0.), low, high, 0.],
-                        dtype=_F64)
+    return _reduce_finite_cpu(flat, low, high)
+
+
+# The sum of squares at most this many times the M2 it gives: M2 within
+# ~256 ulps of the pairwise sums' errors (~1e-14), else the two-pass.
+_MAX_CANCELLATION = 256.
+# Up to this many values of 24 significant bits or fewer within a factor of
+# two of each other, their float64 (pairwise) sum is exact.
+_EXACT_SUM_NUMEL = 2**28
+
+# Float64 copies (and float16's float32 ones) of this many bytes in all are
+# kept per thread between calls: a large report() then writes to memory it
+# used before, not to a fresh allocation that the C allocator may map, and
+# page-fault in, anew every call (~3x the whole reduction's time at 1 M
+# values on a loaded machine).
+_WORKSPACE_BYTES = 32 * 2**20
+_WORKSPACE = threading.local()
+
+
+def _workspace_copy(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``flat``'s values cast to ``dtype`` in this thread's workspace (one
+    ``copy_``; an ``empty`` too the first time a size is seen), to be
+    overwritten by the next call with as many values: the caller's
+    scratch, never returned."""
+    numel = flat.numel()
+    nbytes = numel * dtype.itemsize
+    if nbytes > _WORKSPACE_BYTES:
+        return flat.to(dtype, copy=True)
+    buffers = getattr(_WORKSPACE, 'buffers', None)
+    if buffers is None:
+        buffers = _WORKSPACE.buffers = {}
+    buffer = buffers.get((numel, dtype))
+    if buffer is None:
+        if nbytes + sum(b.nbytes for b in buffers.values()) > _WORKSPACE_BYTES:
+            buffers.clear()
+        buffer = buffers[numel, dtype] = torch.empty(numel, dtype=dtype)
+    return buffer.copy_(flat)
+
+
+def _reduce_finite_cpu(flat: torch.Tensor, low: float,
+                       high: float) -> torch.Tensor:
+    """The row of non-empty 1-d finite floating-point CPU values with
+    extremes ``low`` and ``high``, in float64 (host reads of CPU scalars).
+
+    One float64 copy of the values and its (pairwise) sum, then:
+
+    - values around zero (not all of one sign within a factor of two):
+      the copy squared in place and summed (pairwise), ``M2 = sum(x^2) -
+      sum(x)^2 / n``, kept if the sum of squares is at most
+      ``_MAX_CANCELLATION`` times ``M2`` (``|mean| <= 16 std``: the
+      cancellation costs at most 8 bits of float64's 53). Above, with
+      ``|mean| <= 2 * (high - low)`` (outliers), the two-pass: a new copy
+      shifted by the mean and the ``dot`` of the deviations;
+    - values of one sign within a factor of two of each other (a mean far
+      from zero against the spread): the copy shifted in place by the mean
+      ``c`` (exact: Sterbenz), then squared and summed. float32 / float16
+      / bfloat16 values have 24 significant bits or fewer, so their sum,
+      hence ``sum(x - c) = sum(x) - n c``, is exact: ``M2 = sum((x -
+      c)^2) - sum(x - c)^2 / n`` without a third pass. float64 values sum
+      their deviations.
+
+    float32: 5 or 6 dispatcher calls (8 for the refined sum of squares);
+    float16 values go through float32 (~2x faster than float16 ->
+    float64 on CPU): one more. The copies go to :func:`_workspace_copy`.
+    """
+    numel = flat.numel()
+    if flat.dtype is torch.float16:
+        flat = _workspace_copy(flat, torch.float32)
+    values = _workspace_copy(flat, _F64)
+    total = values.sum().tolist()
+    mean = total / numel
+    if not (0. < low and high <= 2. * low or high < 0. and low >= 2. * high):
+        squares = values.square_().sum().tolist()
+        m2 = squares - total * mean
+        if squares <= _MAX_CANCELLATION * m2:
+            return _row(numel, mean, m2, low, high)
+        dev = _workspace_copy(flat, _F64).sub_(mean)  # squared: again
+        return _row(numel, mean, torch.dot(dev, dev).tolist(), low, high)
+    shift = min(max(mean, low), high)
+    dev = values.sub_(shift)
+    if flat.dtype is not _F64 and numel <= _EXACT_SUM_NUMEL:
+        dev_total = float(Fraction(total) - numel * Fraction(shift))
+    else:
+        dev_total = dev.sum().tolist()
+    m2 = dev.square_().sum().tolist() - dev_total * dev_total / numel
+    return _row(numel, shift + dev_total / numel, m2, low, high)
+
+
+def _row(numel: int, mean: float, m2: float, low: float,
+         high: float) -> torch.Tensor:
+    """The CPU row of finite values (one dispatcher call)."""
+    return torch.tensor([numel, mean, max(m2, 0.), low, high, 0.], dtype=_F64)
 
 
 def _reduce_sync_free(flat: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,8 @@ Prints, measured in this one run (CPU, ``torch.set_num_threads(1)``):
    ``TorchDispatchMode``: exact, the same on every device) and the
    microseconds per call (median over interleaved repeats, a Collector
    alive and ``update()`` between repeats, outside the timed region) with
-   the ratio to StyleGAN3's; then ``report(float)``, torchmetrics'
+   the ratio to StyleGAN3's (median of the per-repeat ratios); then
+   ``report(float)``, torchmetrics'
    ``MeanMetric(nan_strategy='disable').update`` and mmengine's
    ``MessageHub.update_scalar`` as ratios to StyleGAN3's 0-d call;
 2. time of ``Collector.update()`` for 200 names over 2 gloo processes,
@@ -82,14 +83,18 @@ def bench_report(calls, repeats):
             ops = len(count_aten_ops(lambda: report('x', x)))
             sg3_ops = len(count_aten_ops(lambda: stylegan3_report('x', x)))
             n = max(calls * 1024 // max(numel, 1024), 3)
-            ours_us, sg3_us = interleaved_us(
+            (ours_us, sg3_us), (ratio, _) = interleaved_us(
                 [lambda v: report('x', v), lambda v: stylegan3_report('x', v)],
-                x, n, repeats, collector.update)
+                x,
+                n,
+                repeats,
+                collector.update,
+                ratios=True)
             if numel == 0 and dtype is torch.float32:
                 sg3_zero_d = sg3_us
             label = f'{"0-d" if not numel else numel} {str(dtype)[6:]}'
             print(f'{label:24s} {ops:>4} {sg3_ops:>8} {ours_us:>9.2f} '
-                  f'{sg3_us:>9.2f} {ours_us / sg3_us:>5.2f}x')
+                  f'{sg3_us:>9.2f} {ratio:>5.2f}x')
     stylegan3_reset()
     zero_d = torch.tensor(1.5)
     hub = MessageHub.get_current_instance()
@@ -123,20 +128,31 @@ def bench_report(calls, repeats):
         print(f'{label:62s} {us:8.2f}  {us / sg3_zero_d:5.2f}x')
 
 
-def interleaved_us(fns, value, calls, repeats, between=None):
+def interleaved_us(fns, value, calls, repeats, between=None, ratios=False):
     """Medians of the time per call of each ``fn(value)``, repeats
-    interleaved (drifts hit every function alike)."""
+    interleaved (drifts hit every function alike), the order turned round
+    every repeat; with ``ratios``, also the median over repeats of each
+    one's time over the last function's in the same repeat (robust to a
+    load that comes and goes on a shared machine)."""
     times = [[] for _ in fns]
     for rep in range(repeats + 1):  # the first repeat is a warm-up
-        for i, fn in enumerate(fns):
+        order = list(range(len(fns)))
+        if rep % 2:
+            order.reverse()
+        for i in order:
             start = time.perf_counter()
             for _ in range(calls):
-                fn(value)
+                fns[i](value)
             if rep:
                 times[i].append((time.perf_counter() - start) / calls * 1e6)
             if between is not None:
                 between()
-    return [statistics.median(t) for t in times]
+    medians = [statistics.median(t) for t in times]
+    if not ratios:
+        return medians
+    return medians, [
+        statistics.median(a / b for a, b in zip(t, times[-1])) for t in times
+    ]
 
 
 # --------------------------------------------------------------------------
