@@ -9,7 +9,6 @@ deviations from ``mean`` and ``nonfinite`` the number of NaN / inf values
 parallel formula, so reductions can happen in any grouping and order.
 """
 import math
-import threading
 from fractions import Fraction
 from typing import Any, Dict, List, Optional
 
@@ -31,7 +30,12 @@ _F64 = torch.float64
 
 
 def empty_rows(num: int, device: Any = None) -> torch.Tensor:
-    """Rows of ``num`` groups without values: n=0, min=+inf, max=-inf."""
+    """Rows of ``num`` groups without values: n=0, min=+inf, max=-inf.
+
+    Example:
+        >>> empty_rows(1).tolist()  # n, mean, M2, min, max, nonfinite
+        [[0.0, 0.0, 0.0, inf, -inf, 0.0]]
+    """
     rows = torch.zeros(num, ROW_WIDTH, dtype=_F64, device=device)
     rows[:, MIN] = _INF
     rows[:, MAX] = -_INF
@@ -50,6 +54,12 @@ def reduce_values(x: torch.Tensor) -> torch.Tensor:
 
     Returns:
         Tensor: ``(1, ROW_WIDTH)`` row.
+
+    Example:
+        >>> import torch
+        >>> x = torch.tensor([1., 3., float('inf')], dtype=torch.float64)
+        >>> reduce_values(x).tolist()
+        [[2.0, 2.0, 2.0, 1.0, 3.0, 1.0]]
     """
     finite_or_zero = torch.nan_to_num(x, 0., 0., 0.)
     is_bad = torch.nan_to_num(x * 0., 1., 1., 1.)  # 1 where non-finite
@@ -72,7 +82,9 @@ def reduce_values(x: torch.Tensor) -> torch.Tensor:
 
 
 def reduce_tensor(x: torch.Tensor,
-                  sync_free: Optional[bool] = None) -> torch.Tensor:
+                  sync_free: Optional[bool] = None,
+                  workspace: Optional[Dict[Any, torch.Tensor]] = None
+                  ) -> torch.Tensor:
     """Reduce a real tensor of any shape and dtype to one row.
 
     A fixed, small number of fused passes (``docs/reporting.md``):
@@ -94,9 +106,20 @@ def reduce_tensor(x: torch.Tensor,
         x (Tensor): Real values, any shape.
         sync_free (bool, optional): Force the device path (also on CPU,
             to test it). Defaults to None (by device).
+        workspace (dict, optional): The caller's scratch memory for the CPU
+            path's copies (at most ``WORKSPACE_BYTES``, reused by the next
+            call of the same size: no fresh allocation to page in every
+            call). Only one thread may use it at a time. Defaults to None
+            (fresh copies).
 
     Returns:
         Tensor: ``(ROW_WIDTH, )`` float64 row on ``x``'s device.
+
+    Example:
+        >>> import torch
+        >>> row = reduce_tensor(torch.tensor([1., 2., 3., float('nan')]))
+        >>> row.tolist()  # n, mean, M2, min, max, nonfinite
+        [3.0, 2.0, 2.0, 1.0, 3.0, 1.0]
     """
     flat = x if x.dim() == 1 else x.reshape(-1)
     numel = flat.numel()
@@ -111,7 +134,7 @@ def reduce_tensor(x: torch.Tensor,
     low, high = (t.tolist() for t in torch.aminmax(flat))
     if not (math.isfinite(low) and math.isfinite(high)):
         return reduce_values(flat.to(_F64))[0]
-    return _reduce_finite_cpu(flat, low, high)
+    return _reduce_finite_cpu(flat, low, high, workspace)
 
 
 # The sum of squares at most this many times the M2 it gives: M2 within
@@ -121,37 +144,38 @@ _MAX_CANCELLATION = 256.
 # two of each other, their float64 (pairwise) sum is exact.
 _EXACT_SUM_NUMEL = 2**28
 
-# Float64 copies (and float16's float32 ones) of this many bytes in all are
-# kept per thread between calls: a large report() then writes to memory it
-# used before, not to a fresh allocation that the C allocator may map, and
-# page-fault in, anew every call (~3x the whole reduction's time at 1 M
-# values on a loaded machine).
-_WORKSPACE_BYTES = 32 * 2**20
-_WORKSPACE = threading.local()
+# Float64 copies (and float16's float32 ones) of at most this many bytes in
+# all are kept in a caller's workspace between calls: a large report() then
+# writes to memory it used before, not to a fresh allocation that the C
+# allocator may map, and page-fault in, anew every call (~3x the whole
+# reduction's time at 1 M values on a loaded machine).
+WORKSPACE_BYTES = 32 * 2**20
 
 
-def _workspace_copy(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``flat``'s values cast to ``dtype`` in this thread's workspace (one
-    ``copy_``; an ``empty`` too the first time a size is seen), to be
-    overwritten by the next call with as many values: the caller's
-    scratch, never returned."""
+def _workspace_copy(flat: torch.Tensor, dtype: torch.dtype,
+                    workspace: Optional[Dict[Any,
+                                             torch.Tensor]]) -> torch.Tensor:
+    """``flat``'s values cast to ``dtype`` in ``workspace`` (one ``copy_``;
+    an ``empty`` too the first time a size is seen), to be overwritten by
+    the next call with as many values: scratch, never returned."""
     numel = flat.numel()
     nbytes = numel * dtype.itemsize
-    if nbytes > _WORKSPACE_BYTES:
+    if workspace is None or nbytes > WORKSPACE_BYTES:
         return flat.to(dtype, copy=True)
-    buffers = getattr(_WORKSPACE, 'buffers', None)
-    if buffers is None:
-        buffers = _WORKSPACE.buffers = {}
-    buffer = buffers.get((numel, dtype))
+    buffer = workspace.get((numel, dtype))
     if buffer is None:
-        if nbytes + sum(b.nbytes for b in buffers.values()) > _WORKSPACE_BYTES:
-            buffers.clear()
-        buffer = buffers[numel, dtype] = torch.empty(numel, dtype=dtype)
+        if nbytes + sum(b.nbytes
+                        for b in workspace.values()) > (WORKSPACE_BYTES):
+            workspace.clear()
+        buffer = workspace[numel, dtype] = torch.empty(numel, dtype=dtype)
     return buffer.copy_(flat)
 
 
-def _reduce_finite_cpu(flat: torch.Tensor, low: float,
-                       high: float) -> torch.Tensor:
+def _reduce_finite_cpu(flat: torch.Tensor,
+                       low: float,
+                       high: float,
+                       workspace: Optional[Dict[Any, torch.Tensor]] = None
+                       ) -> torch.Tensor:
     """The row of non-empty 1-d finite floating-point CPU values with
     extremes ``low`` and ``high``, in float64 (host reads of CPU scalars).
 
@@ -178,8 +202,8 @@ def _reduce_finite_cpu(flat: torch.Tensor, low: float,
     """
     numel = flat.numel()
     if flat.dtype is torch.float16:
-        flat = _workspace_copy(flat, torch.float32)
-    values = _workspace_copy(flat, _F64)
+        flat = _workspace_copy(flat, torch.float32, workspace)
+    values = _workspace_copy(flat, _F64, workspace)
     total = values.sum().tolist()
     mean = total / numel
     if not (0. < low and high <= 2. * low or high < 0. and low >= 2. * high):
@@ -187,7 +211,7 @@ def _reduce_finite_cpu(flat: torch.Tensor, low: float,
         m2 = squares - total * mean
         if squares <= _MAX_CANCELLATION * m2:
             return _row(numel, mean, m2, low, high)
-        dev = _workspace_copy(flat, _F64).sub_(mean)  # squared: again
+        dev = flat.to(_F64, copy=True).sub_(mean)  # squared: a new copy
         return _row(numel, mean, torch.dot(dev, dev).tolist(), low, high)
     shift = min(max(mean, low), high)
     dev = values.sub_(shift)
@@ -233,6 +257,12 @@ def reduce_groups(x: np.ndarray, seg: np.ndarray, groups: int) -> np.ndarray:
     Returns:
         np.ndarray: ``(groups, ROW_WIDTH)`` rows; groups without values get
         empty rows.
+
+    Example:
+        >>> import numpy as np
+        >>> reduce_groups(np.array([1., 3., 5.]), np.array([0, 0, 1]),
+        ...               2).tolist()
+        [[2.0, 2.0, 2.0, 1.0, 3.0, 0.0], [1.0, 5.0, 0.0, 5.0, 5.0, 0.0]]
     """
     rows = np.zeros((groups, ROW_WIDTH))
     rows[:, MIN], rows[:, MAX] = _INF, -_INF
@@ -283,6 +313,13 @@ def merge_rows(rows: torch.Tensor, seg: torch.Tensor,
 
     Returns:
         Tensor: ``(groups, ROW_WIDTH)`` merged rows.
+
+    Example:
+        >>> import torch
+        >>> rows = torch.stack([reduce_tensor(torch.tensor([1., 3.])),
+        ...                     reduce_tensor(torch.tensor([5.]))])
+        >>> merge_rows(rows, torch.tensor([0, 0]), 1).tolist()  # Chan
+        [[3.0, 3.0, 8.0, 1.0, 5.0, 0.0]]
     """
     device = rows.device
     zeros = torch.zeros(groups, dtype=_F64, device=device)
@@ -313,7 +350,15 @@ def _empty_like_rows(rows: torch.Tensor) -> torch.Tensor:
 
 
 def compact_tensors(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
-    """Reduce float64 tensors to one row per device (no device sync)."""
+    """Reduce float64 tensors to one row per device (no device sync).
+
+    Example:
+        >>> import torch
+        >>> values = [torch.tensor([1., 3.]).double(),
+        ...           torch.tensor([5.]).double()]
+        >>> [row.tolist() for row in compact_tensors(values)]
+        [[3.0, 3.0, 8.0, 1.0, 5.0, 0.0]]
+    """
     try:  # common case: same shape and device, one op
         flats = [torch.stack(tensors).reshape(-1)]
     except RuntimeError:
@@ -325,7 +370,15 @@ def compact_tensors(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
 
 
 def compact_rows(rows: List[torch.Tensor]) -> List[torch.Tensor]:
-    """Merge rows to one row per device (no sync)."""
+    """Merge rows to one row per device (no sync).
+
+    Example:
+        >>> import torch
+        >>> rows = [reduce_tensor(torch.tensor([1., 3.])),
+        ...         reduce_tensor(torch.tensor([5.]))]
+        >>> [row.tolist() for row in compact_rows(rows)]
+        [[3.0, 3.0, 8.0, 1.0, 5.0, 0.0]]
+    """
     by_device: Dict[Any, List[torch.Tensor]] = {}
     for row in rows:
         by_device.setdefault(row.device, []).append(row)

@@ -233,6 +233,9 @@ class PendingStore:
         self.empty: set = set()
         # Held by the owning thread while it adds, by flush() while it takes.
         self.lock = threading.Lock()
+        # Scratch of the large tensors' reductions (moments.reduce_tensor),
+        # reused by this thread's later ones; dropped with the store.
+        self.workspace: Dict[Any, torch.Tensor] = {}
 
     # -- adding ------------------------------------------------------------
     def add(self, name: str, value: Any) -> None:
@@ -301,7 +304,7 @@ class PendingStore:
         if numel > LARGE_NUMEL:
             if self.sketches.enabled:
                 self.sketches.add(name, value)
-            self._add_row(name, reduce_tensor(value))
+            self._add_row(name, reduce_tensor(value, workspace=self.workspace))
             return
         # A float64 copy: later in-place changes by the caller cannot leak in.
         value = value.clone() if value.dtype is _F64 else value.double()
