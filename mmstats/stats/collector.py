@@ -198,29 +198,30 @@ class Collector:
                  table: List[str],
                  rows: np.ndarray,
                  counts: Optional[np.ndarray] = None) -> None:
-        previous = self._results
-        results: Dict[str, List[float]] = {}
-        sketches: Dict[str, np.ndarray] = {}
-        nan = math.nan
-        for i, (name, row) in enumerate(zip(table, rows.tolist())):
-            n, nonfinite = row[N], row[NONFINITE]
-            if counts is not None:
-                sketches[name] = counts[i]
-            if n + nonfinite == 0:
-                if self._keep_previous and name in previous:
+        """Keep the published statistics of ``table`` (computed for all
+        names at once; a loop only over names without values that keep
+        their previous statistics)."""
+        n, nonfinite = rows[:, N], rows[:, NONFINITE]
+        has = n > 0
+        out = np.full((len(table), len(STAT_NAMES)), math.nan)
+        out[:, 0] = n
+        out[:, NONFINITE_AT] = nonfinite
+        out[has, 1] = rows[has, MEAN]
+        out[has, 2] = np.sqrt(rows[has, M2] / n[has])
+        out[has, MIN_AT] = rows[has, MIN]
+        out[has, MAX_AT] = rows[has, MAX]
+        results: Dict[str, List[float]] = dict(zip(table, out.tolist()))
+        sketches: Dict[str, np.ndarray] = ({} if counts is None else dict(
+            zip(table, counts)))
+        if self._keep_previous:
+            previous = self._results
+            for i in np.flatnonzero(n + nonfinite == 0).tolist():
+                name = table[i]
+                if name in previous:
                     # the statistics stay; the non-finite count is of now
                     results[name] = previous[name][:NONFINITE_AT] + [0.]
                     if name in self._sketches:
                         sketches[name] = self._sketches[name]
-                else:
-                    results[name] = [0., nan, nan, nan, nan, 0.]
-            elif n == 0:
-                results[name] = [0., nan, nan, nan, nan, nonfinite]
-            else:
-                results[name] = [
-                    n, row[MEAN],
-                    math.sqrt(row[M2] / n), row[MIN], row[MAX], nonfinite
-                ]
         self._results = results
         self._sketches = sketches
 
@@ -295,8 +296,9 @@ class Collector:
 
     def as_dict(self) -> Dict[str, Dict[str, float]]:
         """``{name: {'num', 'mean', 'std', 'min', 'max', 'nonfinite'}}``."""
+        stat_names = STAT_NAMES
         return {
-            name: dict(zip(STAT_NAMES, map(float, res)))
+            name: dict(zip(stat_names, res))
             for name, res in self._results.items()
         }
 

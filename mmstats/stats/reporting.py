@@ -240,19 +240,28 @@ class Reporter:
         imports dynamo): see :func:`enable_compile_support`."""
         if self.compiled_report is not None:
             return
-        from torch._dynamo.eval_frame import skip_code
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
         from torch.fx.node import has_side_effect
+
+        # Eager report() behind torch.compiler.disable: the kernel (at run
+        # time, inside a compiled region) and the graph break of non-tensor
+        # values; dynamo never sees the store's frames.
+        eager = torch.compiler.disable(_report_kernel)
         library = torch.library.Library('mmstats', 'FRAGMENT')
         library.define('report(Tensor value, str name, bool rank0) -> ()')
-        library.impl('report', _report_kernel, 'CompositeExplicitAutograd')
+        library.impl('report', eager, 'CompositeExplicitAutograd')
         torch.library.register_fake(
             'mmstats::report', _report_fake, lib=library)
         # No output: without this mark, dead-code elimination drops the call.
         has_side_effect(torch.ops.mmstats.report.default)
+        # Run eagerly after a graph break, with every frame they call (the
+        # store's): dynamo would compile those and guard on the values.
+        skip_all = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
         for fn in (report, report0, report_traced):
-            skip_code(fn.__code__)
+            set_code_exec_strategy(fn.__code__, skip_all)
         self._library = library
-        self.compiled_report = torch.compiler.disable(_report_kernel)
+        self.compiled_report = eager
 
 
 REPORTER = Reporter()
@@ -436,10 +445,12 @@ def enable_compile_support() -> bool:
     graph-break into an eager ``report()`` (``torch.compiler.disable``):
     dynamo specialises a Python float it computes with, so a changing float
     (a learning rate) would recompile; a graph break passes it without a
-    guard. The top-level frames of ``report`` / ``report0`` /
-    :func:`report_traced` are marked as skipped: after such a graph break,
-    dynamo would compile ``report`` as a frame of its own and guard on the
-    value. Inlining ``report()`` into a traced caller is not affected.
+    guard. The frames of ``report`` / ``report0`` / :func:`report_traced`
+    are marked as skipped together with every frame they call: after such
+    a graph break dynamo runs ``report`` eagerly, and it would otherwise
+    compile the store's methods as frames of their own and guard on the
+    values (recompiling as they change). Inlining ``report()`` into a
+    traced caller is not affected.
 
     Defining an op and importing ``torch._dynamo`` change process-wide
     state (dynamo adds classes to ``torch.serialization``'s safe globals),
