@@ -294,6 +294,11 @@ class Collector:
             out = clamped_quantiles(counts, qs, res[MIN_AT], res[MAX_AT])
         return float(out) if out.ndim == 0 else out.tolist()
 
+    def sketch_bytes(self) -> int:
+        """Bytes held by the published quantile sketches (0 without
+        ``sketch=True``): what quantiles cost in memory, per update."""
+        return sum(sketch.nbytes for sketch in self._sketches.values())
+
     def as_dict(self) -> Dict[str, Dict[str, float]]:
         """``{name: {'num', 'mean', 'std', 'min', 'max', 'nonfinite'}}``."""
         stat_names = STAT_NAMES

@@ -71,7 +71,7 @@ def time_update(names: int, kind: str, sketch: bool) -> tuple:
     start = time.perf_counter()
     collector.update()
     elapsed = time.perf_counter() - start
-    published = sum(s.nbytes for s in collector._sketches.values())
+    published = collector.sketch_bytes()
     return elapsed, fns.bytes, published
 
 
