@@ -178,11 +178,18 @@ class ModuleStatsHook(Hook):
 
     # -- setup -----------------------------------------------------------
     def before_run(self, runner: Runner) -> None:
-        """Refuse a strategy whose numbers were never checked."""
+        """Refuse a strategy whose numbers were never checked; take the
+        publication rule: StatsCollectorHook's, or without one LoggerHook's
+        lines."""
         refuse_unchecked_strategy(runner, OWNER)
+        self._collector_hook = find_hook(runner, StatsCollectorHook)
+        self._schedule = None
+        if self._collector_hook is None:
+            # LoggerHook's lines: no publication of its own at the end
+            self._schedule = PublicationSchedule(runner, at_last_iter=False)
 
     def before_train(self, runner: Runner) -> None:
-        """Find the target modules and the publication rule; register the
+        """Find the target modules; register the
         forward and optimizer step hooks (before ``compile=True`` compiles
         ``train_step``), disarmed."""
         self.remove()  # a second runner.train()
@@ -200,11 +207,7 @@ class ModuleStatsHook(Hook):
                 f'ModuleStatsHook: modules={self.modules!r} matches no '
                 f'module name of {type(model).__name__} (re.fullmatch); '
                 f'its modules are: {shown}')
-        self._collector_hook = find_hook(runner, StatsCollectorHook)
-        self._schedule = None
         if self._collector_hook is None:
-            # LoggerHook's lines: no publication of its own at the end
-            self._schedule = PublicationSchedule(runner, at_last_iter=False)
             print_log(
                 'ModuleStatsHook: no StatsCollectorHook in custom_hooks: '
                 'the statistics are reported but only a Collector of yours '

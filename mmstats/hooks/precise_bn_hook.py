@@ -128,14 +128,15 @@ class PreciseBNHook(Hook):
 
     # -- hook points -----------------------------------------------------
     def before_run(self, runner: Runner) -> None:
-        """Refuse a strategy whose numbers were never checked."""
+        """Refuse a strategy whose numbers were never checked; take
+        LoggerHook's lines (the log values join them)."""
         refuse_unchecked_strategy(runner, OWNER)
+        self._schedule = PublicationSchedule(runner)
 
     def before_train(self, runner: Runner) -> None:
         """Decide this run's schedule (``by_epoch=None`` follows the loop),
         whether the model has BN layers to recompute, and build the
         hook's own loader."""
-        self._schedule = PublicationSchedule(runner)
         self.by_epoch = self._by_epoch
         if self._by_epoch is None:
             self.by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)

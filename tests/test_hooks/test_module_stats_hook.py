@@ -189,6 +189,7 @@ def _toy():
 def test_publication_iterations_follow_the_logger():
     runner = _mock_runner(_toy())
     hook = ModuleStatsHook(modules=r'\d')
+    hook.before_run(runner)
     hook.before_train(runner)
     assert [i for i in range(23)
             if hook.publishes_after(runner, i)] == [9, 19, 22]
@@ -198,6 +199,7 @@ def test_publication_iterations_follow_the_logger():
         loader_len=1000,
         log_interval=4,
         collector=False)
+    hook.before_run(runner)
     hook.before_train(runner)
     assert [i for i in range(12)
             if hook.publishes_after(runner, i)] == [3, 7, 11]
@@ -212,6 +214,7 @@ def test_hooks_registered_once_and_armed_only_when_published():
     optimizer = runner.optim_wrapper.optimizer
     hook = ModuleStatsHook(modules=r'0|2')
     assert not model[0]._forward_hooks  # nothing live before a run
+    hook.before_run(runner)
     hook.before_train(runner)
     assert sorted(hook.targets) == ['0', '2']
     collector = Collector('modules/.*', keep_previous=False)
@@ -246,6 +249,7 @@ def test_optim_wrapper_dict_one_pair_of_hooks_per_optimizer():
         first=OptimWrapper(torch.optim.SGD(model[0].parameters(), lr=0.1)),
         last=OptimWrapper(torch.optim.SGD(model[2].parameters(), lr=0.1)))
     hook = ModuleStatsHook(modules=r'0|2', stats=('grad_norm', ))
+    hook.before_run(runner)
     hook.before_train(runner)
     assert [
         len(w.optimizer._optimizer_step_pre_hooks)
@@ -276,7 +280,9 @@ def test_bad_modules_fail_early():
         ModuleStatsHook(modules=None)
     hook = ModuleStatsHook(modules='backbone')
     with pytest.raises(ValueError, match="modules='backbone' matches no"):
-        hook.before_train(_mock_runner(_toy()))
+        mocked = _mock_runner(_toy())
+        hook.before_run(mocked)
+        hook.before_train(mocked)
 
 
 def test_sum_squares_of_changing_layouts():
@@ -302,6 +308,7 @@ def test_layerdrop_norms_follow_the_gradients():
     runner = _mock_runner(model)
     runner.hooks[-1].interval = 1  # StatsCollectorHook: every iteration
     hook = ModuleStatsHook(modules=r'\d', stats=('grad_norm', ))
+    hook.before_run(runner)
     hook.before_train(runner)
     collector = Collector('modules/.*', keep_previous=False)
     for batch_idx in range(20):
@@ -342,6 +349,7 @@ def test_stats_subset():
     model = _toy()
     runner = _mock_runner(model)
     hook = ModuleStatsHook(modules='0', stats=('grad_norm', ))
+    hook.before_run(runner)
     hook.before_train(runner)
     collector = Collector('modules/.*')
     hook.before_train_iter(runner, 9)
@@ -355,6 +363,7 @@ def test_stats_subset():
     ]
     hook.after_train(runner)
     hook = ModuleStatsHook(modules='0', stats=('act', ))
+    hook.before_run(runner)
     hook.before_train(runner)  # no AMP: nothing to take at the steps
     assert not runner.optim_wrapper.optimizer._optimizer_step_pre_hooks
     assert len(model[0]._forward_hooks) == 1

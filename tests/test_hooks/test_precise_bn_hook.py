@@ -98,6 +98,7 @@ def fire(hook, runner, loop='epoch', max_epochs=5, max_iters=50):
                side_effect=lambda *a, **k: calls.append(
                    (runner.epoch, runner.iter)) or SUMMARY), \
             patch.object(PreciseBNHook, '_build_loader', return_value=[]):
+        hook.before_run(runner)
         hook.before_train(runner)
         for it in range(max_iters):
             runner.iter = it
@@ -165,6 +166,7 @@ def test_own_loader_follows_the_training_loader(drop_last, num_workers):
     runner.seed = 0
     runner.train_dataloader = _train_loader(drop_last, num_workers)
     hook = PreciseBNHook()
+    hook.before_run(runner)
     hook.before_train(runner)
     loader = hook._loader
     assert loader is not runner.train_dataloader
@@ -186,6 +188,7 @@ def test_a_last_batch_of_one_sample_does_not_crash_the_run():
     runner.train_dataloader = DataLoader(
         TensorDataset(torch.randn(9, 3) * 2 + 1), batch_size=4)
     hook = PreciseBNHook(num_samples=9, progress=False)
+    hook.before_run(runner)
     hook.before_train(runner)
     hook._loader.sampler.set_epoch(0)  # the order the run will see
     used = torch.cat([b[0] for b in hook._loader if len(b[0]) > 1])
@@ -220,6 +223,7 @@ def test_incomplete_dataloader_config_fails_before_training():
     with pytest.raises(
             ValueError, match='could not build its dataloader.*'
             'NoSuchDataset'):
+        hook.before_run(runner)
         hook.before_train(runner)
 
 

@@ -173,6 +173,7 @@ def bench_hook(runs: int = 6, num_samples: int = 512) -> None:
                 collate_fn=dict(type='default_collate'))
         hook = PreciseBNHook(
             num_samples=num_samples, dataloader=restarting, progress=False)
+        hook.before_run(runner)
         hook.before_train(runner)
         times = []
         for _ in range(runs):  # every epoch ends with a recomputation
