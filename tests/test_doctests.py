@@ -66,3 +66,44 @@ def test_the_example_check_sees_a_missing_one(tmp_path):
         assert public_without_example(fake) == ['mmstats/x.py:1 f']
     finally:
         ROOT = saved
+
+
+def unannotated(path: pathlib.Path) -> list:
+    """Public functions and methods of public classes in ``path`` with a
+    parameter or a return without a type hint."""
+    found = []
+
+    def visit(nodes: list, owner: str = '') -> None:
+        for node in nodes:
+            if isinstance(node,
+                          ast.ClassDef) and not node.name.startswith('_'):
+                visit(node.body, f'{node.name}.')
+            elif isinstance(node,
+                            ast.FunctionDef) and (not node.name.startswith('_')
+                                                  or node.name == '__init__'):
+                args = node.args
+                params = [
+                    a for a in args.posonlyargs + args.args + args.kwonlyargs +
+                    [args.vararg, args.kwarg]
+                    if a is not None and a.arg not in ('self', 'cls')
+                ]
+                if any(a.annotation is None
+                       for a in params) or (node.returns is None
+                                            and node.name != '__init__'):
+                    found.append(f'{path.name}:{node.lineno} {owner}'
+                                 f'{node.name}')
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def test_every_public_signature_has_type_hints():
+    missing = [m for p in sorted(ROOT.rglob('*.py')) for m in unannotated(p)]
+    assert missing == []
+
+
+def test_the_hint_check_sees_a_missing_one(tmp_path):
+    fake = tmp_path / 'x.py'
+    fake.write_text('def f(runner) -> None:\n    pass\n\n\n'
+                    'class C:\n    def g(self, x: int):\n        pass\n')
+    assert unannotated(fake) == ['x.py:1 f', 'x.py:6 C.g']

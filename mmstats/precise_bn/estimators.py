@@ -71,7 +71,8 @@ class PopulationEstimator(Estimator):
         return float(n), float(max(n - 1, 0))
 
     @staticmethod
-    def finalize(mean_sum, var_sum, mean_weight, var_weight):
+    def finalize(mean_sum: Tensor, var_sum: Tensor, mean_weight: Tensor,
+                 var_weight: Tensor) -> Tuple[Tensor, Tensor]:
         mean = mean_sum / mean_weight
         var = (var_sum / mean_weight - mean * mean).clamp_min_(0)
         return mean, var
@@ -97,7 +98,8 @@ class BatchAverageEstimator(Estimator):
         return (1.0, 1.0) if n else (0.0, 0.0)
 
     @staticmethod
-    def finalize(mean_sum, var_sum, mean_weight, var_weight):
+    def finalize(mean_sum: Tensor, var_sum: Tensor, mean_weight: Tensor,
+                 var_weight: Tensor) -> Tuple[Tensor, Tensor]:
         return mean_sum / mean_weight, var_sum / var_weight
 
 

@@ -14,6 +14,7 @@ pickle's ``getattr`` is mapped to :func:`history_buffer_getattr`, which only
 returns HistoryBuffer's registered statistics methods.
 """
 import pickle
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ def _numpy_globals() -> list:
     return [np.ndarray, np.dtype, _reconstruct, scalar, *dtypes]
 
 
-def history_buffer_getattr(obj, name: str):
+def history_buffer_getattr(obj: Any, name: str) -> Any:
     """``getattr`` restricted to ``HistoryBuffer``'s statistics methods.
 
     Example:

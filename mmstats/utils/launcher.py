@@ -12,9 +12,13 @@ import inspect
 import os
 import subprocess
 from datetime import timedelta
+from typing import TYPE_CHECKING, Union
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:  # imported where used: importing changes nothing
+    from mmengine.config import Config
 
 LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 
@@ -98,7 +102,7 @@ def no_buffer_sync_kwargs() -> dict:
     return dict(broadcast_buffers=False)
 
 
-def setup_launcher(cfg) -> None:
+def setup_launcher(cfg: 'Union[Config, dict]') -> None:
     """Prepare ``cfg`` (an mmengine Config) for its ``cfg.launcher``.
 
     With CUDA, or with ``launcher='none'``, nothing changes: mmengine
