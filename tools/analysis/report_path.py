@@ -1,8 +1,9 @@
 """The way of one reported value through mmstats' files, measured.
 
 Runs a real mmengine Runner (2 iterations, ``StatsCollectorHook``
-publishing after the second, a LocalVisBackend writing ``scalars.json``)
-whose model reports one eager Python float per forward on the main thread,
+publishing after the second, a LocalVisBackend writing ``scalars.json``:
+``tools/benchmarks/publication.py``'s) whose model reports one eager Python
+float per forward on the main thread,
 and records with :func:`sys.setprofile` every call into a file of the
 ``mmstats`` package during two windows: the ``report()`` call of the
 second iteration, and the hook's ``after_train_iter`` that publishes (the
@@ -30,37 +31,13 @@ import sys
 import tempfile
 from typing import List, Optional, Tuple
 
-import torch
-from mmengine.model import BaseModel
-from mmengine.runner import Runner
-from torch import nn
-
 import mmstats
-from mmstats.stats import report
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'benchmarks'))
+import publication  # noqa: E402
+from publication import reporting_runner  # noqa: E402
 
 PACKAGE = os.path.dirname(os.path.abspath(mmstats.__file__))
-
-
-class _Reporting(BaseModel):
-    """A linear model that reports one float per forward."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(2, 1)
-
-    def forward(self, inputs, mode: str = 'tensor'):
-        loss = self.linear(inputs).pow(2).mean()
-        report('traced_value', 0.5)
-        return dict(loss=loss) if mode == 'loss' else loss
-
-
-class _Data(torch.utils.data.Dataset):
-
-    def __len__(self) -> int:
-        return 8
-
-    def __getitem__(self, i: int) -> dict:
-        return dict(inputs=torch.full((2, ), float(i)))
 
 
 class _Tracer:
@@ -140,28 +117,12 @@ def run(verbose: bool = False) -> dict:
     """Train 2 iterations, trace the second report and the publication."""
     tracer = _Tracer()
     with tempfile.TemporaryDirectory() as work_dir:
-        runner = Runner(
-            model=_Reporting(),
-            work_dir=work_dir,
-            train_dataloader=dict(
-                dataset=_Data(),
-                sampler=dict(type='DefaultSampler', shuffle=False),
-                batch_size=4,
-                collate_fn=dict(type='default_collate'),
-                num_workers=0),
-            optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
-            train_cfg=dict(by_epoch=False, max_iters=2),
-            default_hooks=dict(logger=dict(type='LoggerHook', interval=2)),
-            custom_hooks=[
-                dict(
-                    type='mmstats.StatsCollectorHook',
-                    collect_timing=False,
-                    collect_outputs=False)
-            ],
-            visualizer=dict(
-                type='Visualizer',
-                vis_backends=[dict(type='LocalVisBackend')]),
-            log_level='WARNING')
+        runner = reporting_runner(
+            work_dir,
+            names=1,
+            iters=2,
+            hook=dict(collect_timing=False, collect_outputs=False),
+            logger_interval=2)
         hook = next(
             h for h in runner.hooks
             if type(h).__name__ == 'StatsCollectorHook')
@@ -173,14 +134,12 @@ def run(verbose: bool = False) -> dict:
             iteration[0] += 1
             if iteration[0] < 2:
                 return model_forward(*args, **kwargs)
-            import mmstats.stats as stats  # the module global report()
-            original = _Reporting.forward.__globals__['report']
-            _Reporting.forward.__globals__['report'] = tracer.trace(
-                stats.report)
+            original = publication.report  # the model's module global
+            publication.report = tracer.trace(original)
             try:
                 return model_forward(*args, **kwargs)
             finally:
-                _Reporting.forward.__globals__['report'] = original
+                publication.report = original
 
         runner.model.forward = forward
         after = hook.after_train_iter

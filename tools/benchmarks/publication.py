@@ -52,30 +52,40 @@ class _Data(torch.utils.data.Dataset):
         return dict(inputs=torch.full((2, ), float(i)))
 
 
+def reporting_runner(work_dir: str,
+                     names: int,
+                     iters: int,
+                     hook: dict,
+                     logger_interval: int = 1) -> Runner:
+    """A real Runner (iteration-based, LocalVisBackend) whose model reports
+    ``names`` Python floats per iteration, with StatsCollectorHook
+    ``hook`` (also used by ``tools/analysis/report_path.py``)."""
+    return Runner(
+        model=_Reporting(names),
+        work_dir=work_dir,
+        experiment_name=f'reporting_{names}_{time.time_ns()}',
+        train_dataloader=dict(
+            dataset=_Data(),
+            sampler=dict(type='InfiniteSampler', shuffle=False),
+            batch_size=4,
+            collate_fn=dict(type='default_collate'),
+            num_workers=0),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
+        train_cfg=dict(by_epoch=False, max_iters=iters),
+        default_hooks=dict(
+            logger=dict(type='LoggerHook', interval=logger_interval),
+            checkpoint=dict(type='CheckpointHook', interval=10**9)),
+        custom_hooks=[dict(type='mmstats.StatsCollectorHook', **hook)],
+        visualizer=dict(
+            type='Visualizer', vis_backends=[dict(type='LocalVisBackend')]),
+        log_level='WARNING')
+
+
 def run(names: int, iters: int) -> Dict[str, List[float]]:
     """Train ``iters`` iterations; seconds of each publication and of its
     ``add_scalars`` call (the first two publications left out)."""
     with tempfile.TemporaryDirectory() as work_dir:
-        runner = Runner(
-            model=_Reporting(names),
-            work_dir=work_dir,
-            experiment_name=f'publication_{names}_{time.time_ns()}',
-            train_dataloader=dict(
-                dataset=_Data(),
-                sampler=dict(type='InfiniteSampler', shuffle=False),
-                batch_size=4,
-                collate_fn=dict(type='default_collate'),
-                num_workers=0),
-            optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.0)),
-            train_cfg=dict(by_epoch=False, max_iters=iters),
-            default_hooks=dict(
-                logger=dict(type='LoggerHook', interval=1),
-                checkpoint=dict(type='CheckpointHook', interval=10**9)),
-            custom_hooks=[dict(type='mmstats.StatsCollectorHook', interval=1)],
-            visualizer=dict(
-                type='Visualizer',
-                vis_backends=[dict(type='LocalVisBackend')]),
-            log_level='WARNING')
+        runner = reporting_runner(work_dir, names, iters, dict(interval=1))
         hook = next(
             h for h in runner.hooks
             if type(h).__name__ == 'StatsCollectorHook')

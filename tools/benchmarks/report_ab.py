@@ -6,10 +6,10 @@ temporary directory and measures it and the working tree alternately, each
 in a fresh subprocess (``torch.set_num_threads(1)``, one Collector alive),
 ``--rounds`` times: per call of ``report()`` of a Python float, a 0-d
 float32 tensor, 1,024 and 65,536 float32 elements, the median over rounds
-of the mean time per call and the ATen operations it issues (counted with
-a ``TorchDispatchMode``: exact). Prints the medians and the ratio
-after / before: alternation and medians keep the load of a shared machine
-out of the ratio.
+of the mean time per call and the ATen operations a call issues in steady
+state (counted with a ``TorchDispatchMode``: exact). Prints the medians and
+the ratio after / before: alternation and medians keep the load of a shared
+machine out of the ratio.
 
 Usage: ``python tools/benchmarks/report_ab.py [--ref REV] [--rounds R]``
 """
@@ -56,6 +56,7 @@ calls = {'float': 20000, '0-d float32': 2000, '1024 float32': 1000,
 collector = Collector()
 out = {}
 for key, value in values.items():
+    report('x', value)  # steady state: a workspace is allocated once
     with Count() as counter:
         report('x', value)
     collector.update()
