@@ -152,35 +152,24 @@ _EXACT_SUM_NUMEL = 2**28
 WORKSPACE_BYTES = 32 * 2**20
 
 
-def _workspace_buffer(numel: int,
-                      dtype: torch.dtype,
-                      workspace: Optional[Dict[Any, torch.Tensor]],
-                      slot: int = 0) -> torch.Tensor:
-    """An uninitialised ``(numel, )`` tensor: ``workspace``'s buffer
-    ``slot`` of that size and dtype (made the first time), or a fresh one
-    without a workspace or beyond ``WORKSPACE_BYTES``. Scratch, never
-    returned to a caller of :func:`reduce_tensor`."""
+def _workspace_copy(flat: torch.Tensor, dtype: torch.dtype,
+                    workspace: Optional[Dict[Any,
+                                             torch.Tensor]]) -> torch.Tensor:
+    """``flat``'s values cast to ``dtype`` in ``workspace`` (one ``copy_``;
+    an ``empty`` too the first time a size is seen), to be overwritten by
+    the next call with as many values: scratch, never returned. A fresh
+    copy without a workspace or beyond ``WORKSPACE_BYTES``."""
+    numel = flat.numel()
     nbytes = numel * dtype.itemsize
     if workspace is None or nbytes > WORKSPACE_BYTES:
-        return torch.empty(numel, dtype=dtype)
-    key = (numel, dtype, slot)
-    buffer = workspace.get(key)
+        return flat.to(dtype, copy=True)
+    buffer = workspace.get((numel, dtype))
     if buffer is None:
         if nbytes + sum(b.nbytes
                         for b in workspace.values()) > WORKSPACE_BYTES:
             workspace.clear()
-        buffer = workspace[key] = torch.empty(numel, dtype=dtype)
-    return buffer
-
-
-def _workspace_copy(flat: torch.Tensor, dtype: torch.dtype,
-                    workspace: Optional[Dict[Any,
-                                             torch.Tensor]]) -> torch.Tensor:
-    """``flat``'s values cast to ``dtype`` in ``workspace`` (one
-    ``copy_``), to be overwritten by the next call with as many values."""
-    if workspace is None:
-        return flat.to(dtype, copy=True)
-    return _workspace_buffer(flat.numel(), dtype, workspace).copy_(flat)
+        buffer = workspace[numel, dtype] = torch.empty(numel, dtype=dtype)
+    return buffer.copy_(flat)
 
 
 def _reduce_finite_cpu(flat: torch.Tensor,
@@ -197,9 +186,10 @@ def _reduce_finite_cpu(flat: torch.Tensor,
       the copy squared in place and summed (pairwise), ``M2 = sum(x^2) -
       sum(x)^2 / n``, kept if the sum of squares is at most
       ``_MAX_CANCELLATION`` times ``M2`` (``|mean| <= 16 std``: the
-      cancellation costs at most 8 bits of float64's 53; the squares go to
-      a second buffer). Above (outliers), the two-pass: the copy shifted
-      in place by the mean, squared and summed;
+      cancellation costs at most 8 bits of float64's 53). Above
+      (outliers, rare), the two-pass: the copy made again, shifted in
+      place by the mean, squared and summed (one ATen op more than
+      StyleGAN3's report there);
     - values of one sign within a factor of two of each other (a mean far
       from zero against the spread): the copy shifted in place by the mean
       ``c`` (exact: Sterbenz), then squared and summed. float32 / float16
@@ -208,7 +198,7 @@ def _reduce_finite_cpu(flat: torch.Tensor,
       c)^2) - sum(x - c)^2 / n`` without a third pass. float64 values sum
       their deviations.
 
-    float32: 5 or 6 dispatcher calls (8 for the refined sum of squares);
+    float32: 5 or 6 dispatcher calls (9 for the refined sum of squares);
     float16 values go through float32 (~2x faster than float16 ->
     float64 on CPU): one more. The copies go to :func:`_workspace_copy`.
     """
@@ -219,15 +209,14 @@ def _reduce_finite_cpu(flat: torch.Tensor,
     total = values.sum().tolist()
     mean = total / numel
     if not (0. < low and high <= 2. * low or high < 0. and low >= 2. * high):
-        squares = torch.square(
-            values, out=_workspace_buffer(numel, _F64, workspace,
-                                          slot=1)).sum().tolist()
+        squares = values.square_().sum().tolist()
         m2 = squares - total * mean
         if squares <= _MAX_CANCELLATION * m2:
             return _row(numel, mean, m2, low, high)
-        # the two-pass, summed pairwise (a BLAS dot's error depends on its
-        # thread count: up to 4e-12 relative at 1 M values)
-        dev = values.sub_(mean)
+        # the two-pass on the copy made again (it was squared in place),
+        # summed pairwise: a BLAS dot's error depends on its thread count
+        # (up to 4e-12 relative at 1 M values with one thread)
+        dev = _workspace_copy(flat, _F64, workspace).sub_(mean)
         return _row(numel, mean, dev.square_().sum().tolist(), low, high)
     shift = min(max(mean, low), high)
     dev = values.sub_(shift)
