@@ -7,7 +7,7 @@ in a fresh subprocess (``torch.set_num_threads(1)``, one Collector alive),
 ``--rounds`` times: per call of ``report()`` of a Python float, a 0-d
 float32 tensor, 1,024 and 65,536 float32 elements, the median over rounds
 of the mean time per call and the ATen operations a call issues in steady
-state (counted with a ``TorchDispatchMode``: exact). Prints the medians and
+state (``stylegan3_ref.count_aten_ops``: exact). Prints the medians and
 the ratio after / before: alternation and medians keep the load of a shared
 machine out of the ratio.
 
@@ -21,29 +21,19 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 # Runs in a subprocess whose sys.path starts with one tree.
 _MEASURE = r'''
-import json, sys, time
+import json, statistics, sys, time
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 torch.set_num_threads(1)
 from mmstats.stats import Collector, report
 import mmstats
 assert mmstats.__file__.startswith(sys.argv[1]), mmstats.__file__
-
-
-class Count(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
-
+sys.path.append(sys.argv[2])  # tools/benchmarks, after the tree
+from stylegan3_ref import count_aten_ops
 
 values = {
     'float': 0.5,
@@ -57,8 +47,7 @@ collector = Collector()
 out = {}
 for key, value in values.items():
     report('x', value)  # steady state: a workspace is allocated once
-    with Count() as counter:
-        report('x', value)
+    ops = len(count_aten_ops(lambda: report('x', value)))
     collector.update()
     best = []
     for _ in range(3):
@@ -67,7 +56,7 @@ for key, value in values.items():
             report('x', value)
         best.append((time.perf_counter() - start) / calls[key] * 1e6)
         collector.update()
-    out[key] = dict(us=statistics.median(best), ops=counter.ops)
+    out[key] = dict(us=statistics.median(best), ops=ops)
 print(json.dumps(out))
 '''
 
@@ -75,13 +64,12 @@ print(json.dumps(out))
 def measure(tree: str) -> dict:
     """One fresh-process measurement of the mmstats in ``tree``."""
     env = dict(os.environ, PYTHONPATH=tree)
-    out = subprocess.run(
-        [sys.executable, '-c', 'import statistics\n' + _MEASURE, tree],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tree,
-        check=True)
+    out = subprocess.run([sys.executable, '-c', _MEASURE, tree, HERE],
+                         capture_output=True,
+                         text=True,
+                         env=env,
+                         cwd=tree,
+                         check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
