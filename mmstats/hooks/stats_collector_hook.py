@@ -201,6 +201,7 @@ class StatsCollectorHook(Hook):
         self._nonfinite_names: set = set()
         self._merged_warned: set = set()
         self._layouts: Dict[tuple, tuple] = {}  # (name, text) -> keys
+        self._hub_asked: Dict[str, bool] = {}  # key -> matches hub_regex
         self._time_sum = 0.0
         self._unpublished = 0  # training iterations since the publication
 
@@ -358,10 +359,14 @@ class StatsCollectorHook(Hook):
     def _to_hub_history(self, hub: MessageHub, scalars: dict) -> None:
         """The ``<prefix>/<name>/<stat>`` keys of the names ``hub_regex``
         matches, with a history, into the message hub."""
-        start = len(self.prefix) + 1
+        asked = self._hub_asked
         for key, value in scalars.items():
-            name = _PHASE_PREFIX.sub('', key[start:key.rindex('/')])
-            if self.hub_regex.fullmatch(name):
+            wanted = asked.get(key)
+            if wanted is None:  # decided once per key and run
+                name = key[len(self.prefix) + 1:key.rindex('/')]
+                wanted = asked[key] = self.hub_regex.fullmatch(
+                    _PHASE_PREFIX.sub('', name)) is not None
+            if wanted:
                 _hub_scalar(hub, key, value)
 
     def _to_message_hub(self, runner: Runner, mode: str,

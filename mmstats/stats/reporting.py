@@ -104,9 +104,9 @@ class Reporter:
 
     # -- collectors ---------------------------------------------------------
     def register(self, collector: Any, sketch: bool) -> None:
-        """Make ``collector`` live until it is garbage-collected. Values
-        reported before belong to the collectors alive then: flush them to
-        those first (:meth:`flush`)."""
+        """Make ``collector`` live until it is garbage-collected (values
+        reported before belong to the collectors alive then: the new
+        collector hands them to those first)."""
         self._start()
         key = id(collector)
         if sketch:
