@@ -17,8 +17,8 @@ import torch
 
 __all__ = [
     'N', 'MEAN', 'M2', 'MIN', 'MAX', 'NONFINITE', 'ROW_WIDTH', 'empty_rows',
-    'reduce_values', 'reduce_tensor', 'reduce_groups', 'merge_rows',
-    'compact_tensors', 'compact_rows'
+    'reduce_values', 'reduce_tensor', 'reduce_in_graph', 'reduce_groups',
+    'merge_rows', 'compact_tensors', 'compact_rows'
 ]
 
 # Columns of a moments row.
@@ -245,6 +245,45 @@ def _reduce_sync_free(flat: torch.Tensor) -> torch.Tensor:
     m2, mean = torch.var_mean(filled, correction=filled.numel() - 1)
     low, high = torch.aminmax(filled)
     return torch.stack([n, mean, m2, low, high, filled.numel() - n])
+
+
+def reduce_in_graph(x: torch.Tensor) -> torch.Tensor:
+    """Reduce real values to one row with ops a compiler can fuse.
+
+    What compiled ``report()`` traces into the graph (``docs/reporting.md``):
+    no host read, no data-dependent shape, only elementwise ops and plain
+    float64 sums, so that inductor fuses them into two loops over the
+    values (count, sum, min and max of the finite ones; then their
+    deviations from the mean), inside the kernels that produce them. The
+    corrected two-pass moments, as :func:`reduce_values`.
+
+    Args:
+        x (Tensor): Non-empty real values (float, int or bool), any shape.
+
+    Returns:
+        Tensor: ``(ROW_WIDTH, )`` float64 row on ``x``'s device.
+
+    Example:
+        >>> import torch
+        >>> x = torch.tensor([1., 3., float('nan')])
+        >>> reduce_in_graph(x).tolist()  # n, mean, M2, min, max, nonfinite
+        [2.0, 2.0, 2.0, 1.0, 3.0, 1.0]
+    """
+    flat = x.reshape(-1)
+    finite = torch.isfinite(flat)
+    values = flat.to(_F64)
+    n = finite.sum(dtype=_F64)
+    n_safe = n.clamp(min=1)
+    mean = torch.where(finite, values, 0.).sum() / n_safe
+    low = torch.where(finite, values, _INF).amin()
+    high = torch.where(finite, values, -_INF).amax()
+    dev = torch.where(finite, values - mean, 0.)
+    mean_fix = dev.sum() / n_safe
+    m2 = (dev * dev).sum() - mean_fix * mean_fix * n
+    return torch.stack(
+        [n, mean + mean_fix,
+         m2.clamp(min=0), low, high,
+         flat.numel() - n])
 
 
 def reduce_groups(x: np.ndarray, seg: np.ndarray, groups: int) -> np.ndarray:

@@ -265,6 +265,18 @@ class PendingStore:
         finally:
             lock.release()
 
+    def add_row(self,
+                name: str,
+                row: torch.Tensor,
+                values: Optional[torch.Tensor] = None) -> None:
+        """Keep a row reduced elsewhere (compiled code's
+        :func:`~.moments.reduce_in_graph`) under ``name``; ``values``, if
+        given, are counted for quantiles while some collector sketches."""
+        with self.lock:
+            if values is not None and self.sketches.enabled:
+                self.sketches.add(name, values)
+            self._add_row(name, row)
+
     def add_name(self, name: str) -> None:
         """Register ``name`` without a value (it is published, ``num=0``)."""
         with self.lock:

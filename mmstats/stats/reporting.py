@@ -49,6 +49,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 from mmengine.dist import get_rank
 
+from .moments import reduce_in_graph
 from .pending import (Flush, PendingSketches, PendingStore, RootStore,
                       name_error)
 
@@ -251,10 +252,15 @@ class Reporter:
         library = torch.library.Library('mmstats', 'FRAGMENT')
         library.define('report(Tensor value, str name, bool rank0) -> ()')
         library.impl('report', eager, 'CompositeExplicitAutograd')
-        torch.library.register_fake(
-            'mmstats::report', _report_fake, lib=library)
-        # No output: without this mark, dead-code elimination drops the call.
-        has_side_effect(torch.ops.mmstats.report.default)
+        library.define('report_row(Tensor row, Tensor? values, str name, '
+                       'bool rank0) -> ()')
+        library.impl('report_row', _report_row_kernel,
+                     'CompositeExplicitAutograd')
+        for op, fake in (('report', _report_fake), ('report_row',
+                                                    _report_row_fake)):
+            torch.library.register_fake(f'mmstats::{op}', fake, lib=library)
+            # No output: without this mark, dead-code elimination drops it.
+            has_side_effect(getattr(torch.ops.mmstats, op).default)
         # Run eagerly after a graph break, with every frame they call (the
         # store's): dynamo would compile those and guard on the values.
         skip_all = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
@@ -430,6 +436,34 @@ def _report_fake(value: torch.Tensor, name: str, rank0: bool) -> None:
     return None
 
 
+def _report_row_kernel(row: torch.Tensor, values: Optional[torch.Tensor],
+                       name: str, rank0: bool) -> None:
+    """The ``mmstats::report_row`` op's kernel: what :func:`report` does
+    with a value, given the row compiled code reduced it to."""
+    reporter = REPORTER
+    if not reporter.enabled or reporter.suspended:
+        return
+    name = reporter.phase + name
+    if rank0 and get_rank() != 0:
+        reporter.thread_store().add_name(name)
+    else:
+        # a copy: inductor reuses the row's buffer once the op returns
+        reporter.thread_store().add_row(name, row.clone(), values)
+
+
+def _report_row_fake(row: torch.Tensor, values: Optional[torch.Tensor],
+                     name: str, rank0: bool) -> None:
+    return None
+
+
+def _reduces_in_graph(value: torch.Tensor) -> bool:
+    """Whether compiled code reduces ``value`` itself: non-empty real
+    values of a strided layout (the others go to the eager checks)."""
+    return (value.layout is torch.strided and not value.is_complex()
+            and not value.is_quantized and value.device.type != 'meta'
+            and value.numel() > 0)
+
+
 def enable_compile_support() -> bool:
     """Prepare dynamo for ``report()`` (idempotent; imports dynamo).
 
@@ -493,7 +527,14 @@ def report_traced(name: str, value: Any, rank0: bool) -> Any:
         2.0
     """
     enable_compile_support()  # a trace-time constant
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) and _reduces_in_graph(value):
+        values = value.detach()
+        # Only the row leaves the graph, and the values too while some
+        # collector sketches (a guard: a change of that recompiles).
+        torch.ops.mmstats.report_row(
+            reduce_in_graph(values),
+            values if REPORTER.sketches.enabled else None, name, rank0)
+    elif isinstance(value, torch.Tensor):  # raises in the kernel, if live
         torch.ops.mmstats.report(value, name, rank0)
     else:
         REPORTER.compiled_report(value, name, rank0)
