@@ -151,6 +151,9 @@ _EXACT_SUM_NUMEL = 2**28
 # reduction's time at 1 M values on a loaded machine).
 WORKSPACE_BYTES = 32 * 2**20
 
+# Compiled code's sums of more than 4 chunks go by chunks of this many values.
+IN_GRAPH_CHUNK = 1024
+
 
 def _workspace_copy(flat: torch.Tensor, dtype: torch.dtype,
                     workspace: Optional[Dict[Any,
@@ -248,14 +251,23 @@ def _reduce_sync_free(flat: torch.Tensor) -> torch.Tensor:
 
 
 def reduce_in_graph(x: torch.Tensor) -> torch.Tensor:
-    """Reduce real values to one row with ops a compiler can fuse.
+    """Reduce real values to one row with ops a compiler fuses into one loop.
 
     What compiled ``report()`` traces into the graph (``docs/reporting.md``):
-    no host read, no data-dependent shape, only elementwise ops and plain
-    float64 sums, so that inductor fuses them into two loops over the
-    values (count, sum, min and max of the finite ones; then their
-    deviations from the mean), inside the kernels that produce them. The
-    corrected two-pass moments, as :func:`reduce_values`.
+    no host read, no data-dependent shape, only elementwise ops and float64
+    sums, which inductor fuses into one loop over the values (inside the
+    kernel that produces them) after a short one over their first
+    ``m = ceil(n / 256)``: the shift ``c``, the mean of the finite values
+    among those. Then ``M2 = sum((x - c)^2) - sum(x - c)^2 / n``. As the
+    first ``m`` values' squared deviations from the mean sum to at most
+    ``M2``, ``(c - mean)^2 <= M2 / m``: the sum of squares is at most ``1 +
+    n / m <= 257`` times ``M2``, the bound of :func:`_reduce_finite_cpu`'s
+    one-pass (at most 8 of float64's 53 bits lost). Only when all of those
+    first values are NaN / inf (then ``c = 0``) is there no such bound.
+    Beyond ``4 * IN_GRAPH_CHUNK`` values the sums go by chunks of
+    ``IN_GRAPH_CHUNK``, then over the chunks: inductor's CPU loops sum
+    float64 without a cascade, and the error of one long sum grows with
+    its length.
 
     Args:
         x (Tensor): Non-empty real values (float, int or bool), any shape.
@@ -270,20 +282,30 @@ def reduce_in_graph(x: torch.Tensor) -> torch.Tensor:
         [2.0, 2.0, 2.0, 1.0, 3.0, 1.0]
     """
     flat = x.reshape(-1)
-    finite = torch.isfinite(flat)
-    values = flat.to(_F64)
-    n = finite.sum(dtype=_F64)
-    n_safe = n.clamp(min=1)
-    mean = torch.where(finite, values, 0.).sum() / n_safe
-    low = torch.where(finite, values, _INF).amin()
-    high = torch.where(finite, values, -_INF).amax()
-    dev = torch.where(finite, values - mean, 0.)
-    mean_fix = dev.sum() / n_safe
-    m2 = (dev * dev).sum() - mean_fix * mean_fix * n
-    return torch.stack(
-        [n, mean + mean_fix,
-         m2.clamp(min=0), low, high,
-         flat.numel() - n])
+    if not flat.is_floating_point():  # int, bool: exact in float64
+        flat = flat.to(_F64)
+    numel = flat.numel()
+    head = flat[:(numel + 255) // 256].to(_F64)
+    head_finite = torch.isfinite(head)
+    shift = torch.where(head_finite, head,
+                        0.).sum() / head_finite.sum(dtype=_F64).clamp(min=1)
+    if numel > 4 * IN_GRAPH_CHUNK:  # NaN padding: counted nowhere
+        flat = torch.nn.functional.pad(
+            flat, (0, -numel % IN_GRAPH_CHUNK), value=math.nan)
+    chunks = flat.view(-1,
+                       IN_GRAPH_CHUNK if numel > 4 * IN_GRAPH_CHUNK else numel)
+    finite = torch.isfinite(chunks)
+    dev = torch.where(finite, chunks.to(_F64) - shift, 0.)
+    n = finite.sum(1, dtype=_F64).sum()
+    dev_sum = dev.sum(1).sum()
+    m2 = (dev * dev).sum(1).sum() - dev_sum * dev_sum / n.clamp(min=1)
+    # extremes in the values' own dtype: exact, twice the vector lanes
+    low = torch.where(finite, chunks, _INF).amin(1).amin().to(_F64)
+    high = torch.where(finite, chunks, -_INF).amax(1).amax().to(_F64)
+    return torch.stack([
+        n, shift + dev_sum / n.clamp(min=1),
+        m2.clamp(min=0), low, high, numel - n
+    ])
 
 
 def reduce_groups(x: np.ndarray, seg: np.ndarray, groups: int) -> np.ndarray:

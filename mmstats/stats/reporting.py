@@ -468,23 +468,32 @@ def enable_compile_support() -> bool:
     """Prepare dynamo for ``report()`` (idempotent; imports dynamo).
 
     While dynamo traces, :func:`report` calls :func:`report_traced` instead
-    of touching the store: a tensor value becomes ``mmstats::report(Tensor
-    value, str name, bool rank0) -> ()``, a ``torch.library`` op with a
-    Python kernel, marked as having a side effect
-    (``torch.fx.node.has_side_effect``) so that dead-code elimination keeps
-    it although it returns nothing; its kernel calls ``report()`` at run
-    time. Dynamo therefore guards on nothing of the store, the collectors,
-    the phase or the suspension: they are read when the op runs, not when
-    the graph is traced. Other values (Python numbers, sequences, arrays)
-    graph-break into an eager ``report()`` (``torch.compiler.disable``):
-    dynamo specialises a Python float it computes with, so a changing float
-    (a learning rate) would recompile; a graph break passes it without a
-    guard. The frames of ``report`` / ``report0`` / :func:`report_traced`
-    are marked as skipped together with every frame they call: after such
-    a graph break dynamo runs ``report`` eagerly, and it would otherwise
-    compile the store's methods as frames of their own and guard on the
-    values (recompiling as they change). Inlining ``report()`` into a
-    traced caller is not affected.
+    of touching the store: a tensor value is reduced to its moments row
+    inside the graph (:func:`~.moments.reduce_in_graph`, which inductor
+    fuses into the kernels around it), and only the row leaves the graph,
+    through ``mmstats::report_row(Tensor row, Tensor? values, str name,
+    bool rank0) -> ()``, a ``torch.library`` op with a Python kernel,
+    marked as having a side effect (``torch.fx.node.has_side_effect``) so
+    that dead-code elimination keeps it although it returns nothing; its
+    kernel does at run time what ``report()`` does with the row. Dynamo
+    therefore guards on nothing of the store, the collectors, the phase or
+    the suspension: they are read when the op runs, not when the graph is
+    traced. One exception: while some collector sketches (quantiles) the
+    values leave the graph too, for their bucket counts; that is read when
+    tracing, so a sketching collector built (or the last one dropped) after
+    a graph was compiled recompiles it once. Tensors ``report()`` rejects
+    (complex, quantized, sparse, meta) and empty ones go through
+    ``mmstats::report(Tensor value, str name, bool rank0) -> ()``, whose
+    kernel is eager ``report()`` (and raises there). Other values (Python
+    numbers, sequences, arrays) graph-break into an eager ``report()``
+    (``torch.compiler.disable``): dynamo specialises a Python float it
+    computes with, so a changing float (a learning rate) would recompile; a
+    graph break passes it without a guard. The frames of ``report`` /
+    ``report0`` / :func:`report_traced` are marked as skipped together with
+    every frame they call: after such a graph break dynamo runs ``report``
+    eagerly, and it would otherwise compile the store's methods as frames
+    of their own and guard on the values (recompiling as they change).
+    Inlining ``report()`` into a traced caller is not affected.
 
     Defining an op and importing ``torch._dynamo`` change process-wide
     state (dynamo adds classes to ``torch.serialization``'s safe globals),

@@ -79,6 +79,14 @@ def _values(kind: str) -> torch.Tensor:
     gen = torch.Generator().manual_seed(0)
     if kind == 'offset':
         return 1e4 + torch.randn(300_000, generator=gen)
+    if kind == 'outlier_first':  # a poor shift, were it the first value
+        x = torch.randn(300_000, generator=gen)
+        x[0] = 1e6
+        return x
+    if kind == 'outliers_first':  # the worst shift the bound allows
+        x = torch.randn(300_000, generator=gen)
+        x[:(x.numel() + 255) // 256] = 1e6
+        return x
     x = torch.randn(64, 33, generator=gen)
     if kind == 'nonfinite':
         x[3, 4], x[10, 0], x[60,
@@ -96,8 +104,8 @@ def _values(kind: str) -> torch.Tensor:
 
 
 @pytest.mark.parametrize('kind', [
-    'offset', 'nonfinite', 'all_nonfinite', 'float16', 'bfloat16', 'int',
-    'bool'
+    'offset', 'outlier_first', 'outliers_first', 'nonfinite', 'all_nonfinite',
+    'float16', 'bfloat16', 'int', 'bool'
 ])
 def test_compiled_rows_equal_eager_and_numpy(kind):
     values = _values(kind)

@@ -356,6 +356,16 @@ class _NoopOpMlp(_Mlp):
         return self.fc2(h)
 
 
+class _SumMlp(_Mlp):
+    """The floor of an exact in-graph reduction: one float64 sum of each
+    reported tensor, fused by inductor, kept as an output (no op call)."""
+
+    def forward(self, x):
+        h = self.fc1(x).relu()
+        sums = [t.double().sum() for t in (h.mean(), h, x.norm())]
+        return self.fc2(h), torch.stack(sums)
+
+
 def bench_compile(calls, repeats):
     torch.set_num_threads(1)
     torch._dynamo.config.error_on_recompile = True
@@ -370,6 +380,8 @@ def bench_compile(calls, repeats):
             torch.compile(_ReportingMlp(width)),
             'compiled forward, 3 no-op custom op calls (floor)':
             torch.compile(_NoopOpMlp(width)),
+            'compiled forward, 3 float64 sums in the graph (floor)':
+            torch.compile(_SumMlp(width)),
             'eager forward, 3 report() calls':
             _ReportingMlp(width),
         }
