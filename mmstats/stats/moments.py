@@ -285,6 +285,14 @@ def reduce_in_graph(x: torch.Tensor) -> torch.Tensor:
     if not flat.is_floating_point():  # int, bool: exact in float64
         flat = flat.to(_F64)
     numel = flat.numel()
+    if numel == 1:  # a loss, a norm: pointwise, no reduction
+        value = flat[0].to(_F64)
+        finite = torch.isfinite(value).to(_F64)
+        return _as_row(finite, torch.nan_to_num(value * finite, 0., 0., 0.),
+                       torch.zeros_like(value),
+                       torch.nan_to_num(value, _INF, _INF, _INF),
+                       torch.nan_to_num(value, -_INF, -_INF, -_INF),
+                       1 - finite)
     head = flat[:(numel + 255) // 256].to(_F64)
     head_finite = torch.isfinite(head)
     shift = torch.where(head_finite, head,
@@ -302,10 +310,18 @@ def reduce_in_graph(x: torch.Tensor) -> torch.Tensor:
     # extremes in the values' own dtype: exact, twice the vector lanes
     low = torch.where(finite, chunks, _INF).amin(1).amin().to(_F64)
     high = torch.where(finite, chunks, -_INF).amax(1).amax().to(_F64)
-    return torch.stack([
-        n, shift + dev_sum / n.clamp(min=1),
-        m2.clamp(min=0), low, high, numel - n
-    ])
+    return _as_row(n, shift + dev_sum / n.clamp(min=1), m2.clamp(min=0), low,
+                   high, numel - n)
+
+
+def _as_row(*columns: torch.Tensor) -> torch.Tensor:
+    """The row of 0-d float64 ``columns``, as one elementwise select: a
+    ``stack`` would cost inductor's wrapper a view per column."""
+    index = torch.arange(ROW_WIDTH, device=columns[0].device)
+    row = columns[-1].expand(ROW_WIDTH)
+    for i in range(ROW_WIDTH - 2, -1, -1):
+        row = torch.where(index == i, columns[i], row)
+    return row
 
 
 def reduce_groups(x: np.ndarray, seg: np.ndarray, groups: int) -> np.ndarray:
