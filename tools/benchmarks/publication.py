@@ -85,7 +85,8 @@ def run(names: int, iters: int) -> Dict[str, List[float]]:
     """Train ``iters`` iterations; seconds of each publication and of its
     ``add_scalars`` call (the first two publications left out)."""
     with tempfile.TemporaryDirectory() as work_dir:
-        runner = reporting_runner(work_dir, names, iters, dict(interval=1))
+        runner = reporting_runner(work_dir, names, iters,
+                                  dict(interval=1, max_names=2 * names + 10))
         hook = next(
             h for h in runner.hooks
             if type(h).__name__ == 'StatsCollectorHook')
