@@ -2,6 +2,7 @@
 bounded names, arguments."""
 import math
 import re
+import sys
 import warnings
 
 import numpy as np
@@ -491,3 +492,37 @@ def test_a_large_tensor_with_inf_and_no_nan(bad):
     assert c.num('x') == finite.size and c.nonfinite('x') == 1
     assert c.mean('x') == pytest.approx(finite.mean(), rel=1e-12)
     assert (c.min('x'), c.max('x')) == (finite.min(), finite.max())
+
+
+def _python_calls_of_an_update(num_names: int) -> int:
+    """Python function calls (generator steps included) of one steady-state
+    ``update()`` of ``num_names`` names with one float each."""
+    collector = Collector()
+    names = [f'stat/{i}' for i in range(num_names)]
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event in ('call', 'c_call')
+
+    for step in range(3):  # the table settles first
+        for name in names:
+            report(name, float(step))
+        if step == 2:
+            sys.setprofile(count)
+        try:
+            collector.update()
+        finally:
+            sys.setprofile(None)
+    assert collector.num(names[-1]) == 1
+    return calls
+
+
+def test_update_host_work_per_name_is_flat():
+    """The host work of an update grows by a constant per name (a few
+    generator steps), not more: the same per-name count from 10 to 1000
+    names (the time per name is in tools/benchmarks/collector.py)."""
+    calls = {n: _python_calls_of_an_update(n) for n in (10, 100, 1000)}
+    per_name_small = (calls[100] - calls[10]) / 90
+    per_name_large = (calls[1000] - calls[100]) / 900
+    assert per_name_small == per_name_large <= 4
