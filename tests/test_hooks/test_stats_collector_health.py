@@ -37,10 +37,15 @@ class PlantHook(Hook):
     wide magnitudes, both signs and zeros under ``spread``."""
     priority = 'ABOVE_NORMAL'  # before StatsCollectorHook reports outputs
 
-    def __init__(self, spike_at=None, spike_rank=0, scale=100., spread=False):
+    def __init__(self,
+                 spike_at=None,
+                 spike_rank=0,
+                 scale=100.,
+                 spread=False,
+                 spread_iters=(0, MAX_ITERS)):
         self.spike_at, self.spike_rank = spike_at, spike_rank
         self.scale = scale
-        self.spread = spread
+        self.spread, self.spread_iters = spread, spread_iters
         self.losses, self.spreads = [], []
 
     def after_train_iter(self,
@@ -53,7 +58,7 @@ class PlantHook(Hook):
         if runner.iter == self.spike_at and rank == self.spike_rank:
             outputs['loss'] = outputs['loss'] * self.scale
         self.losses.append(float(outputs['loss'].detach()))
-        if self.spread:
+        if self.spread and runner.iter in range(*self.spread_iters):
             gen = torch.Generator().manual_seed(1000 * rank + runner.iter)
             x = torch.randn(32, generator=gen, dtype=torch.float64)
             x *= 10.**torch.randint(-3, 4, (32, ), generator=gen)
@@ -323,6 +328,36 @@ def test_tensorboard_histograms_of_every_publication(tmp_path, clean_mmengine,
     _check_histograms(
         _histograms(runner.log_dir), np.array([plant.spreads]),
         np.array([plant.losses]), max_buckets)
+
+
+def test_names_without_new_values_get_no_histogram_and_no_spike_check(
+        tmp_path, clean_mmengine):
+    """keep_previous=True re-publishes a name's previous statistics when it
+    got no values: neither a histogram nor the spike history takes them."""
+    pytest.importorskip('tensorboard')
+    runner = _train(
+        tmp_path,
+        plant=dict(spread=True, spread_iters=(16, 20)),
+        hook=dict(HIST_HOOK, keep_previous=True, spike_regex='spread|loss'),
+        vis=[dict(type='LocalVisBackend'),
+             dict(type='TensorboardVisBackend')])
+    runner.train()
+    runner.visualizer.close()
+    spreads = np.array(_plant(runner).spreads)  # iterations 17-20
+    scalars = read_scalars(runner)
+    # re-published at 22 and 24 (keep_previous), without a histogram
+    assert scalars[24]['stats/spread/max'] == spreads[2:].max()
+    histograms = _histograms(runner.log_dir)
+    assert sorted(histograms[TAG]) == [18, 20]
+    for i, step in enumerate([18, 20]):
+        _check_histogram(histograms[TAG][step],
+                         spreads[2 * i:2 * i + 2].ravel(), 512)
+    assert sorted(histograms['stats/loss/hist']) == STEPS
+    hook = [h for h in runner.hooks if hasattr(h, 'spikes')][0]
+    assert hook.spikes.history('spread') == [
+        spreads[:2].max(), spreads[2:].max()
+    ]
+    assert len(hook.spikes.history('loss')) == len(STEPS)
 
 
 def _hist_rank(rank, world, work_dir):
