@@ -121,8 +121,8 @@ def draw(histograms: Dict[str, List[Tuple[int, object]]],
             ax.plot(
                 steps,
                 _forward(y, scale) if scale else y,
-                'w' + style,
-                lw=1,
+                'k' + style,
+                lw=0.8,
                 label=stat)
         if scale is not None:  # label the drawing units in values
             ticks = ax.get_yticks()
@@ -132,7 +132,8 @@ def draw(histograms: Dict[str, List[Tuple[int, object]]],
             ])
             ax.set_ylim(edges[0], edges[-1])
         ax.set_title(f'{tag} (all ranks; share of values per bin)')
-        ax.set_xlabel('iteration')
+        ax.set_xlabel('step (epoch for per-epoch summaries)' if tag.
+                      split('/')[1] in ('val', 'test') else 'step')
         fig.colorbar(mesh, ax=ax, pad=0.01)
         ax.legend(loc='upper left', bbox_to_anchor=(1.12, 1), fontsize=8)
     fig.tight_layout()
