@@ -13,7 +13,8 @@ setups, interleaved in every repeat (medians over repeats):
 - ``quantiles+tb``: ``stats=(..., 'p50')`` and a TensorboardVisBackend,
   ``histogram_regex=None``;
 - ``histograms``: the same with ``histogram_regex='.*'`` (every name: the
-  loss, timing and the model's four, 512 buckets at most each).
+  loss, timing and the model's four, 512 buckets at most each);
+- ``loss histogram``: the same with ``histogram_regex='loss'``.
 
 Prints, side by side from this one run: the ratio of the summed training
 iteration times (``spikes on / spikes off``, ``histograms /
@@ -52,8 +53,10 @@ SETUPS = {
     dict(spike_regex=None, stats=STATS + ('p50', )),
     'histograms':
     dict(spike_regex=None, stats=STATS + ('p50', ), histogram_regex='.*'),
+    'loss histogram':
+    dict(spike_regex=None, stats=STATS + ('p50', ), histogram_regex='loss'),
 }
-TENSORBOARD = ('quantiles+tb', 'histograms')
+TENSORBOARD = ('quantiles+tb', 'histograms', 'loss histogram')
 
 
 class _Timed:
@@ -133,7 +136,8 @@ def main() -> None:
             if setup == 'spikes off':
                 iteration.append(statistics.median(out['times'][warmup:]))
             for name, key in (('spikes on', '_check_spikes'),
-                              ('histograms', '_write_histograms')):
+                              ('histograms', '_write_histograms'),
+                              ('loss histogram', '_write_histograms')):
                 if setup == name:
                     per_pub.setdefault(name,
                                        []).append(statistics.median(out[key]))
@@ -151,6 +155,8 @@ def main() -> None:
         ('spikes (defaults)', ('spikes on', 'spikes off'), 'spikes on'),
         ("histograms (histogram_regex='.*')", ('histograms', 'quantiles+tb'),
          'histograms'),
+        ("histograms (histogram_regex='loss')",
+         ('loss histogram', 'quantiles+tb'), 'loss histogram'),
     ):
         ms = statistics.median(per_pub[key]) * 1e3
         print(f'{label + ": training time ratio":58s} '
