@@ -138,7 +138,7 @@ class StatsCollectorHook(Hook):
             naming the rank that reported the largest value (one small
             collective, only when a name spikes), or raises. None: off (no
             work). Defaults to ``'loss'``: the total loss ``train_step``
-            returns (a healthy digits demo run stays below 1.3x). See
+            returns (a healthy digits demo run stays below 1.1x). See
             ``docs/spikes_histograms.md``.
         spike_stat (str): ``'max'`` (the interval's largest value: a
             single bad batch on a single rank) or ``'mean'``. Defaults to
@@ -158,7 +158,7 @@ class StatsCollectorHook(Hook):
             (``WandbVisBackend``: ``wandb.Histogram``, joining the
             publication's scalars) as ``<prefix>/<name>/hist``, made from
             the merged quantile sketch (``stats`` must hold a quantile):
-            log-spaced buckets 1% wide, exact counts, min, max, sum and sum
+            log-spaced buckets 2% wide, exact counts, min, max, sum and sum
             of squares. Other backends keep the quantile scalars. None:
             off. Defaults to None.
         histogram_buckets (int): At most this many buckets per histogram

@@ -4,7 +4,7 @@ TensorBoard (``SummaryWriter.add_histogram_raw``) and W&B
 (``wandb.Histogram(np_histogram=...)``) take: no raw value is touched.
 
 A sketch bucket holds the magnitudes in ``(gamma^(k-1), gamma^k]``
-(:mod:`.sketch`); the histogram keeps those edges (log-spaced, 1% wide at
+(:mod:`.sketch`); the histogram keeps those edges (log-spaced, 2% wide at
 the default accuracy), with an empty bucket over every gap between the
 buckets seen (TensorBoard reads a bucket as ``(previous limit, limit]``,
 so a gap must not widen its neighbour), the first bucket starting at the

@@ -71,6 +71,22 @@ def _plant(runner) -> PlantHook:
     return [h for h in runner.hooks if isinstance(h, PlantHook)][0]
 
 
+def _count_publication_work(runner) -> dict:
+    """Count the calls of the hook's spike check and histogram writing
+    (they must run at publications only)."""
+    hook = [h for h in runner.hooks if hasattr(h, 'spikes')][0]
+    counts = dict(_check_spikes=0, _write_histograms=0)
+    for name in counts:
+        method = getattr(hook, name)
+
+        def counted(*args, _method=method, _name=name, **kwargs):
+            counts[_name] += 1
+            return _method(*args, **kwargs)
+
+        setattr(hook, name, counted)
+    return counts
+
+
 def _train(work_dir, distributed=False, plant=None, hook=None, vis=None):
     cfg = toy_cfg(
         work_dir,
@@ -138,8 +154,11 @@ def test_planted_spike_warns_once_with_its_iteration_and_rank(
 
 def test_healthy_run_never_spikes(tmp_path, clean_mmengine, caplog):
     runner = _train(tmp_path)
+    calls = _count_publication_work(runner)
     with mmengine_logs(caplog):
         runner.train()
+    # at every publication (and the validation's, at the end), only there
+    assert calls == dict(_check_spikes=len(STEPS) + 1, _write_histograms=0)
     assert expected_spikes(np.array([_plant(runner).losses])) == {}
     assert not [w for w in warnings_logged(caplog) if 'spike' in w]
     hook = [h for h in runner.hooks if hasattr(h, 'spikes')][0]
@@ -322,8 +341,11 @@ def test_tensorboard_histograms_of_every_publication(tmp_path, clean_mmengine,
         plant=dict(spread=True),
         hook=dict(HIST_HOOK, histogram_buckets=max_buckets),
         vis=[dict(type='TensorboardVisBackend')])
+    calls = _count_publication_work(runner)
     runner.train()
     runner.visualizer.close()
+    # publications only (the last one: validation's)
+    assert calls['_write_histograms'] == len(STEPS) + 1
     plant = _plant(runner)
     _check_histograms(
         _histograms(runner.log_dir), np.array([plant.spreads]),
