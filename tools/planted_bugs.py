@@ -194,7 +194,8 @@ BUGS = [
     Bug('SH3', 'histogram gaps not filled: a bucket stretched over them',
         'mmstats/stats/histograms.py', 'gap[1:] = lows[1:] > highs[:-1]',
         'gap[1:] = False',
-        ('tests/test_hooks/test_stats_collector_health.py', )),
+        ('tests/test_stats/test_histograms.py',
+         'tests/test_hooks/test_stats_collector_health.py')),
     Bug('SH4', 'a histogram re-written from a stale (kept) sketch',
         'mmstats/hooks/stats_collector_hook.py',
         'and collector.is_new(source)):', 'and True):',
@@ -205,6 +206,11 @@ BUGS = [
     Bug('SH6', 'the histogram\'s sum of squares without the mean',
         'mmstats/stats/histograms.py', 'std * std + mean * mean', 'std * std',
         ('tests/test_hooks/test_stats_collector_health.py', )),
+    Bug('SH7', 'collapsed magnitudes reaching over the lowest kept bucket',
+        'mmstats/stats/histograms.py',
+        'pos_floor = bottom[codes == pos_kept[0]][0]',
+        'pos_floor = top[codes == pos_kept[0]][0]',
+        ('tests/test_stats/test_histograms.py', )),
 ]
 
 
