@@ -66,6 +66,10 @@ def test_draws_the_histograms_of_a_real_run(tmp_path, clean_mmengine):
     histograms = plot_histograms.load_histograms(str(tmp_path))
     assert [s
             for s, _ in histograms['stats/model/feat_norm/hist']] == [2, 4, 6]
+    # validation's own (64 samples, one norm each), at LoggerHook's step for
+    # its metrics (log_metric_by_epoch: the epoch, 0 in an iteration loop)
+    (step, val), = histograms['stats/val/model/feat_norm/hist']
+    assert (step, val.num, sum(val.bucket)) == (0, 64, 64)
     out = plot_histograms.main(
         [str(tmp_path), '--out',
          str(tmp_path / 'h.png')])
