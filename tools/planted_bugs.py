@@ -198,6 +198,36 @@ BUGS = [
         'groups = np.fromiter((index[name] for name in nums)',
         'groups = np.fromiter((sorted(index).index(name) for name in nums)',
         ('tests/test_stats/test_collector.py', )),
+    # spikes and histograms (issue 28)
+    Bug(
+        'SH1', 'a spike blamed on the mirror rank (rank in place of '
+        'world - 1 - rank)', 'mmstats/stats/collector.py',
+        'float(world - 1 - rank)', 'float(rank)',
+        ('tests/test_hooks/test_stats_collector_health.py', )),
+    Bug('SH2', 'the median taken with the value it is compared with',
+        'mmstats/stats/spikes.py', 'np.asarray(history)',
+        'np.asarray(list(history) + [value])',
+        ('tests/test_hooks/test_stats_collector_health.py', )),
+    Bug('SH3', 'histogram gaps not filled: a bucket stretched over them',
+        'mmstats/stats/histograms.py', 'gap[1:] = lows[1:] > highs[:-1]',
+        'gap[1:] = False',
+        ('tests/test_stats/test_histograms.py',
+         'tests/test_hooks/test_stats_collector_health.py')),
+    Bug('SH4', 'a histogram re-written from a stale (kept) sketch',
+        'mmstats/hooks/stats_collector_hook.py',
+        'and collector.is_new(source)):', 'and True):',
+        ('tests/test_hooks/test_stats_collector_health.py', )),
+    Bug('SH5', 'W&B histograms committed apart from their scalars',
+        'mmstats/hooks/stats_collector_hook.py', 'commit=False)',
+        'commit=True)', ('tests/test_hooks/test_stats_collector_health.py', )),
+    Bug('SH6', 'the histogram\'s sum of squares without the mean',
+        'mmstats/stats/histograms.py', 'std * std + mean * mean', 'std * std',
+        ('tests/test_hooks/test_stats_collector_health.py', )),
+    Bug('SH7', 'collapsed magnitudes reaching over the lowest kept bucket',
+        'mmstats/stats/histograms.py',
+        'pos_floor = bottom[codes == pos_kept[0]][0]',
+        'pos_floor = top[codes == pos_kept[0]][0]',
+        ('tests/test_stats/test_histograms.py', )),
 ]
 
 

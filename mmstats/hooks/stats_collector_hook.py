@@ -2,18 +2,25 @@
 """StatsCollectorHook: publish what :func:`mmstats.report` recorded, with
 its argument checks (config mistakes fail when the hook is built, naming
 the argument and the fix) and what it tells LoggerHook's LogProcessor."""
+import math
+import numbers
 import re
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.logging import HistoryBuffer, MessageHub, print_log
 from mmengine.runner import LogProcessor, Runner
+from mmengine.visualization import TensorboardVisBackend, WandbVisBackend
 from torch.utils.data import DataLoader
 
 from mmstats.dist import slowest_rank
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
+from mmstats.stats.histograms import (MAX_BUCKETS, numpy_histogram,
+                                      sketch_histogram)
+from mmstats.stats.spikes import SpikeDetector, SpikeError
 from mmstats.stats.workers import (WorkerReportingCollate, carries_reports,
                                    deliver_worker_reports)
 from mmstats.utils.args import (check_bool, check_choice, check_names,
@@ -27,6 +34,8 @@ __all__ = ['StatsCollectorHook']
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 OWNER = 'StatsCollectorHook'
 NONFINITE_ACTIONS = ('warn', 'raise', 'ignore')
+SPIKE_ACTIONS = ('warn', 'raise')
+SPIKE_STATS = ('max', 'mean')
 # train_step's outputs are reported under this prefix (kept apart from a
 # model's own report() of the same name; published without it).
 OUTPUTS_PREFIX = 'train_step/'
@@ -122,6 +131,39 @@ class StatsCollectorHook(Hook):
             Each key costs ~10 us per publication (mmengine's
             ``HistoryBuffer`` copies its history on every update), more
             than the visualizer's write of it. Defaults to None.
+        spike_regex (str, optional): Training names (``re.fullmatch``)
+            watched for spikes: a publication whose ``spike_stat`` over all
+            ranks exceeds ``spike_factor`` times the median of the name's
+            last ``spike_window`` publications (at least 5 of them) warns,
+            naming the rank that reported the largest value (one small
+            collective, only when a name spikes), or raises. None: off (no
+            work). Defaults to ``'loss'``: the total loss ``train_step``
+            returns (a healthy digits demo run stays below 1.1x). See
+            ``docs/spikes_histograms.md``.
+        spike_stat (str): ``'max'`` (the interval's largest value: a
+            single bad batch on a single rank) or ``'mean'``. Defaults to
+            ``'max'``.
+        spike_factor (float): A value above this many times the median
+            of its history spikes (> 1). Defaults to 4.
+        spike_window (int): Publications of history per watched name.
+            Defaults to 20.
+        on_spike (str): ``'warn'`` (one warning per publication) or
+            ``'raise'`` (:class:`~mmstats.stats.spikes.SpikeError` on every
+            rank at the same iteration, after that publication's statistics
+            were written). Defaults to ``'warn'``.
+        histogram_regex (str, optional): Names (without ``val/``/``test/``;
+            ``re.fullmatch``) whose all-rank histogram goes, at every
+            publication where they got values, to TensorBoard
+            (``TensorboardVisBackend``: ``add_histogram_raw``) and W&B
+            (``WandbVisBackend``: ``wandb.Histogram``, joining the
+            publication's scalars) as ``<prefix>/<name>/hist``, made from
+            the merged quantile sketch (``stats`` must hold a quantile):
+            log-spaced buckets 2% wide, exact counts, min, max, sum and sum
+            of squares. Other backends keep the quantile scalars. None:
+            off. Defaults to None.
+        histogram_buckets (int): At most this many buckets per histogram
+            (adjacent ones merged beyond): at most 16 B each per name and
+            publication in the event file. Defaults to 512 (W&B's limit).
 
     Example:
         >>> # in a config: custom_hooks = [
@@ -147,7 +189,14 @@ class StatsCollectorHook(Hook):
                  on_nonfinite: str = 'warn',
                  max_names: int = 1000,
                  log_regex: str = r'(?!modules/).*',
-                 hub_regex: Optional[str] = None) -> None:
+                 hub_regex: Optional[str] = None,
+                 spike_regex: Optional[str] = 'loss',
+                 spike_stat: str = 'max',
+                 spike_factor: float = 4.,
+                 spike_window: int = 20,
+                 on_spike: str = 'warn',
+                 histogram_regex: Optional[str] = None,
+                 histogram_buckets: int = MAX_BUCKETS) -> None:
         scoped = _check_args(
             interval,
             dict(
@@ -175,6 +224,18 @@ class StatsCollectorHook(Hook):
             stat: float(stat[1:]) / 100
             for stat in stats if stat not in STAT_NAMES
         }
+        _check_health_args(spike_stat, spike_factor, spike_window, on_spike,
+                           histogram_regex, histogram_buckets,
+                           bool(self.quantiles))
+        self.spike_regex = None if spike_regex is None else compile_regex(
+            OWNER, 'spike_regex', spike_regex)
+        self.spike_stat = spike_stat
+        self.on_spike = on_spike
+        self.spikes = None if spike_regex is None else SpikeDetector(
+            spike_factor, spike_window)
+        self.histogram_regex = None if histogram_regex is None else (
+            compile_regex(OWNER, 'histogram_regex', histogram_regex))
+        self.histogram_buckets = histogram_buckets
         # built in before_run, dropped in after_run
         self.collectors: Dict[str, Collector] = {}
         self._previous_phase: Optional[str] = None
@@ -202,6 +263,12 @@ class StatsCollectorHook(Hook):
         self._merged_warned: set = set()
         self._layouts: Dict[tuple, tuple] = {}  # (name, text) -> keys
         self._hub_asked: Dict[str, bool] = {}  # key -> matches hub_regex
+        self._sources: Dict[str, str] = {}  # published name -> collector's
+        self._spike_asked: Dict[str, bool] = {}  # name -> spike_regex
+        self._hist_asked: Dict[str, bool] = {}  # name -> histogram_regex
+        self._hist_writers: list = []  # rank 0's TensorBoard / W&B backends
+        if self.spikes is not None:
+            self.spikes.reset()
         self._time_sum = 0.0
         self._unpublished = 0  # training iterations since the publication
 
@@ -212,6 +279,8 @@ class StatsCollectorHook(Hook):
         self.schedule = PublicationSchedule(runner, self.interval,
                                             self.by_epoch)
         self._start_run()
+        if self.histogram_regex is not None:
+            self._hist_writers = _histogram_writers(runner)
         self.collectors = {
             mode:
             Collector(
@@ -254,11 +323,13 @@ class StatsCollectorHook(Hook):
         """``train_step``'s outputs under their own names, unless the model
         reported the same name: then both stay apart (warned once)."""
         out = {}
+        sources = self._sources
         for name, values in results.items():
             short = name[len(OUTPUTS_PREFIX):] if name.startswith(
                 OUTPUTS_PREFIX) else None
             if short is None or short in results:
                 out[name] = values
+                sources[name] = name
                 if short is not None and short not in self._merged_warned:
                     self._merged_warned.add(short)
                     print_log(
@@ -270,6 +341,7 @@ class StatsCollectorHook(Hook):
                         level=30)
             else:
                 out[short] = values
+                sources[short] = name
         return out
 
     def _check_nonfinite(self, runner: Runner, results: dict) -> None:
@@ -341,6 +413,7 @@ class StatsCollectorHook(Hook):
         for LoggerHook's line (if ``logged``). Returns the text ones."""
         results = self.collect(mode)
         self._check_nonfinite(runner, results)
+        spiked = self._check_spikes(runner, mode, results)
         every = self._scalars(results)
         if mode == 'train' and self.collect_timing:
             total, self._time_sum = self._time_sum, 0.0
@@ -349,12 +422,81 @@ class StatsCollectorHook(Hook):
                 every[f'{self.prefix}/data_time/slowest_rank'] = slowest
         if self.hub_regex is not None:
             self._to_hub_history(runner.message_hub, every)
+        if self._hist_writers:  # before the scalars: W&B's commit
+            self._write_histograms(mode, results, step)
         if every:
             runner.visualizer.add_scalars(every, step=step)
+        if spiked is not None:  # every rank, the numbers written
+            raise SpikeError(spiked)
         text = self._scalars(results, text=True)
         if logged:
             self._to_message_hub(runner, mode, text)
         return text
+
+    def _asked(self, cache: dict, regex: Any, name: str) -> bool:
+        """Whether ``regex`` matches ``name`` without ``val/``/``test/``
+        (decided once per name and run)."""
+        wanted = cache.get(name)
+        if wanted is None:
+            wanted = cache[name] = regex.fullmatch(
+                _PHASE_PREFIX.sub('', name)) is not None
+        return wanted
+
+    def _check_spikes(self, runner: Runner, mode: str,
+                      results: dict) -> Optional[str]:
+        """Feed the watched training names' new ``spike_stat`` to the
+        detector (the same on every rank); warn about spikes, naming the
+        rank with the largest value (a collective, only then). Returns the
+        message where ``on_spike='raise'``."""
+        if self.spikes is None or mode != 'train':
+            return None
+        collector, sources = self.collectors[mode], self._sources
+        watched = {
+            name: values[self.spike_stat]
+            for name, values in results.items()
+            if self._asked(self._spike_asked, self.spike_regex, name)
+            and collector.is_new(sources.get(name, name))
+        }
+        spikes = self.spikes.check(watched) if watched else []
+        if not spikes:
+            return None
+        ranks = collector.largest_ranks(
+            [sources.get(spike.name, spike.name) for spike in spikes])
+        where = (f'iteration {runner.iter + 1}'
+                 if runner.iter is not None else 'this interval')
+        text = '; '.join(
+            f'{spike.name} {self.spike_stat} {spike.value:.6g} is '
+            f'{spike.ratio:.3g}x the median {spike.median:.6g} of its last '
+            f'{spike.count} publications '
+            f'(largest value from rank '
+            f'{ranks[sources.get(spike.name, spike.name)]})'
+            for spike in spikes)
+        message = (f'StatsCollectorHook: spike at {where} (since the '
+                   f'previous publication, over all ranks; spike_factor='
+                   f'{self.spikes.factor:g}): {text}')
+        if self.on_spike == 'raise':
+            return message
+        print_log(message, 'current', level=30)
+        return None
+
+    def _write_histograms(self, mode: str, results: dict, step: int) -> None:
+        """The all-rank histograms of the names ``histogram_regex``
+        matches that got values now, to TensorBoard and W&B (rank 0)."""
+        collector, sources = self.collectors[mode], self._sources
+        for name, values in results.items():
+            source = sources.get(name, name)
+            if not (self._asked(self._hist_asked, self.histogram_regex, name)
+                    and collector.is_new(source)):
+                continue
+            sketch = collector.sketch(source)
+            hist = None if sketch is None else sketch_histogram(
+                sketch, values['num'], values['mean'], values['std'],
+                values['min'], values['max'], self.histogram_buckets)
+            if hist is None:
+                continue
+            tag = f'{self.prefix}/{name}/hist'
+            for backend in self._hist_writers:
+                _add_histogram(backend, tag, hist, step)
 
     def _to_hub_history(self, hub: MessageHub, scalars: dict) -> None:
         """The ``<prefix>/<name>/<stat>`` keys of the names ``hub_regex``
@@ -491,6 +633,40 @@ class StatsCollectorHook(Hook):
         self._leave(runner, 'test')
 
 
+def _histogram_writers(runner: Runner) -> list:
+    """Rank 0's TensorBoard and W&B backends of ``runner.visualizer``
+    (mmengine has no histogram call: their writers are used); a warning
+    where there is none."""
+    if not is_main_process():
+        return []
+    backends = getattr(runner.visualizer, '_vis_backends', None) or {}
+    writers = [
+        b for b in backends.values()
+        if isinstance(b, (TensorboardVisBackend, WandbVisBackend))
+    ]
+    if not writers:
+        print_log(
+            'StatsCollectorHook: histogram_regex is set but the visualizer '
+            'has no TensorboardVisBackend or WandbVisBackend, so no '
+            'histogram is written (the quantile scalars are); add one, e.g. '
+            'visualizer=dict(type=\'Visualizer\', vis_backends=[dict(type='
+            '\'LocalVisBackend\'), dict(type=\'TensorboardVisBackend\')])',
+            'current',
+            level=30)
+    return writers
+
+
+def _add_histogram(backend: Any, tag: str, hist: Any, step: int) -> None:
+    """Write ``hist`` (:class:`~mmstats.stats.histograms.Histogram`) with
+    a TensorBoard or W&B backend's writer."""
+    writer = backend.experiment
+    if isinstance(backend, TensorboardVisBackend):
+        writer.add_histogram_raw(tag, *hist, global_step=step)
+    else:  # W&B: joins the scalars that the visualizer commits next
+        writer.log({tag: writer.Histogram(np_histogram=numpy_histogram(hist))},
+                   commit=False)
+
+
 def _hub_scalar(hub: MessageHub, key: str, value: float) -> None:
     """Like ``hub.update_scalar(key, value, resumed=False)``, with a history
     of ``HUB_HISTORY`` values (mmengine's default keeps 1e6 and copies them
@@ -583,6 +759,33 @@ def _check_args(interval: Optional[int], flags: Dict[str, bool],
         regex,
         prepare=scope_inline_flags,
         hint='; inline flags such as (?i) are allowed at its start').pattern
+
+
+def _check_health_args(spike_stat: str, spike_factor: float, spike_window: int,
+                       on_spike: str, histogram_regex: Optional[str],
+                       histogram_buckets: int, sketching: bool) -> None:
+    """Check the spike and histogram arguments (as :func:`_check_args`):
+    ``histogram_regex`` needs quantile sketches (``sketching``)."""
+    check_choice(OWNER, 'spike_stat', spike_stat, SPIKE_STATS)
+    check_choice(OWNER, 'on_spike', on_spike, SPIKE_ACTIONS)
+    what = 'a finite number > 1 (e.g. spike_factor=4.0)'
+    if not isinstance(spike_factor, numbers.Real) or isinstance(
+            spike_factor, bool):
+        raise TypeError(f'{OWNER}: spike_factor must be {what}, got '
+                        f'{spike_factor!r} of type '
+                        f'{type(spike_factor).__name__}')
+    if not (spike_factor > 1 and math.isfinite(spike_factor)):
+        raise ValueError(f'{OWNER}: spike_factor must be {what}, got '
+                         f'{spike_factor!r}')
+    check_positive_int(OWNER, 'spike_window', spike_window, example=20)
+    check_positive_int(
+        OWNER, 'histogram_buckets', histogram_buckets, example=512)
+    if histogram_regex is not None and not sketching:
+        raise ValueError(
+            f'{OWNER}: histogram_regex={histogram_regex!r} needs quantile '
+            'sketches, which only a quantile in stats switches on: add one, '
+            'e.g. stats=(\'mean\', \'std\', \'min\', \'max\', '
+            '\'p50\'), or set histogram_regex=None')
 
 
 def _collector_patterns(scoped: str) -> Dict[str, str]:

@@ -11,7 +11,7 @@ from .moments import M2, MAX, MEAN, MIN, NONFINITE, N, empty_rows, merge_rows
 from .pending import Flush
 from .protocol import NameTable, RankFailure, ReduceFns
 from .reporting import REPORTER
-from .sketch import clamped_quantiles
+from .sketch import Sketch, clamped_quantiles
 from .sketch_sum import SketchSum
 
 __all__ = ['Collector', 'STAT_NAMES']
@@ -107,7 +107,10 @@ class Collector:
         self._results: Dict[str, List[float]] = {}
         self._sketch = sketch
         self._counts: Dict[str, np.ndarray] = {}  # pending, this rank
-        self._sketches: Dict[str, np.ndarray] = {}  # published, merged
+        self._sketches: Dict[str, Sketch] = {}  # published, merged
+        self._new: Dict[str, bool] = {}  # published: got values now
+        # this rank's names and rows of the last update (largest_ranks)
+        self._last: Tuple[List[str], Optional[np.ndarray]] = ([], None)
         if REPORTER.live_collectors():  # what is pending is theirs
             _deliver()
         REPORTER.register(self, sketch)
@@ -191,18 +194,20 @@ class Collector:
                 f'{e}; no statistics were published, the values '
                 'pending on the other ranks are kept') from failure
         self._counts = {}
+        self._last = (names, local.numpy())
         self._publish(table, rows,
                       None if extra is None else extra.unpack(summed, table))
 
     def _publish(self,
                  table: List[str],
                  rows: np.ndarray,
-                 counts: Optional[np.ndarray] = None) -> None:
+                 counts: Optional[List[Sketch]] = None) -> None:
         """Keep the published statistics of ``table`` (computed for all
         names at once; a loop only over names without values that keep
         their previous statistics)."""
         n, nonfinite = rows[:, N], rows[:, NONFINITE]
         has = n > 0
+        self._new = dict(zip(table, (n + nonfinite > 0).tolist()))
         out = np.full((len(table), len(STAT_NAMES)), math.nan)
         out[:, 0] = n
         out[:, NONFINITE_AT] = nonfinite
@@ -211,7 +216,7 @@ class Collector:
         out[has, MIN_AT] = rows[has, MIN]
         out[has, MAX_AT] = rows[has, MAX]
         results: Dict[str, List[float]] = dict(zip(table, out.tolist()))
-        sketches: Dict[str, np.ndarray] = ({} if counts is None else dict(
+        sketches: Dict[str, Sketch] = ({} if counts is None else dict(
             zip(table, counts)))
         if self._keep_previous:
             previous = self._results
@@ -293,6 +298,52 @@ class Collector:
         else:
             out = clamped_quantiles(counts, qs, res[MIN_AT], res[MAX_AT])
         return float(out) if out.ndim == 0 else out.tolist()
+
+    def sketch(self, name: str) -> Optional[Sketch]:
+        """The merged (all-rank) quantile sketch of ``name`` published by
+        the last :meth:`update` (None without ``sketch=True`` or for a name
+        not published); see :mod:`mmstats.stats.histograms`."""
+        return self._sketches.get(name)
+
+    def is_new(self, name: str) -> bool:
+        """Whether ``name`` got values (finite or not) on some rank since
+        the previous update: False where ``keep_previous`` re-published
+        its previous statistics, or it was not published."""
+        return self._new.get(name, False)
+
+    def largest_ranks(self, names: Sequence[str]) -> Dict[str, int]:
+        """The rank that reported the published ``max`` of each name, the
+        lowest such rank on a tie (the same on every rank).
+
+        A collective (every rank calls it with the same ``names``, after
+        the same :meth:`update`): one ``all_reduce MAX`` of ``len(names)``
+        values; none on one process. A rank holds a name's maximum when
+        its own maximum since the previous update equals it (exact: the
+        published maximum is the largest of the ranks' own).
+
+        Args:
+            names (Sequence[str]): Names with new finite values in the
+                last update.
+
+        Returns:
+            dict[str, int]: The rank per name; -1 where no rank holds it
+            (a name without new finite values).
+        """
+        world, rank = self._fns.world_size, self._fns.rank
+        mine, rows = self._last
+        local = {} if rows is None else dict(zip(mine, rows[:, MAX]))
+        # world - 1 - rank: MAX picks the lowest rank holding the maximum
+        flags = np.array([
+            float(world - 1 - rank)
+            if local.get(name, -math.inf) == self.max(name) else -1.
+            for name in names
+        ])
+        if world > 1 and len(flags):
+            flags = self._fns.all_reduce_max(flags)
+        return {
+            name: int(world - 1 - flag) if flag >= 0 else -1
+            for name, flag in zip(names, flags.tolist())
+        }
 
     def sketch_bytes(self) -> int:
         """Bytes held by the published quantile sketches (0 without

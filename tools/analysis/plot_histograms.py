@@ -1,0 +1,163 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Draw the all-rank histograms StatsCollectorHook wrote to TensorBoard
+(``histogram_regex``) as a heat map over the run.
+
+    python tools/analysis/plot_histograms.py WORK_DIR
+        [--tags stats/loss/hist ...] [--out histograms.png]
+
+One panel per histogram tag: x the step of each publication, y the value
+(a symmetric log axis where the values span more than two decades or
+change sign), colour the share of that publication's values per unit of
+y (each bucket's count spread evenly over its range, as TensorBoard draws
+it), on a log colour scale; the exact minimum and maximum as lines.
+Reads the event files under ``WORK_DIR/*/vis_data`` (or a directory of
+event files) with tensorboard's ``EventAccumulator``.
+"""
+import argparse
+import glob
+import os.path as osp
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+ROWS = 160  # value bins of the drawing
+
+
+def load_histograms(path: str) -> Dict[str, List[Tuple[int, object]]]:
+    """``{tag: [(step, HistogramValue), ...]}`` of the newest run under
+    ``path`` (a work dir, or a directory holding event files)."""
+    from tensorboard.backend.event_processing.event_accumulator import (
+        HISTOGRAMS, EventAccumulator)
+    runs = sorted(glob.glob(osp.join(path, '*', 'vis_data')))
+    directory = runs[-1] if runs else path
+    events = EventAccumulator(
+        directory, size_guidance={
+            HISTOGRAMS: 0
+        }).Reload()
+    return {
+        tag: [(e.step, e.histogram_value) for e in events.Histograms(tag)]
+        for tag in events.Tags()['histograms']
+    }
+
+
+def _forward(y: np.ndarray, scale: float) -> np.ndarray:
+    """The symmetric log transform (linear within ``scale`` of zero)."""
+    return np.sign(y) * np.log1p(np.abs(y) / scale)
+
+
+def value_axis(hists: Sequence[object]) -> Tuple[np.ndarray, Optional[float]]:
+    """Bin edges in drawing units over every histogram's range, and the
+    symlog scale (None: linear)."""
+    low = min(h.min for h in hists)
+    high = max(h.max for h in hists)
+    mags = np.abs([h.min for h in hists] + [h.max for h in hists])
+    nonzero = mags[mags > 0]
+    scale = None
+    if nonzero.size and (low < 0 < high
+                         or nonzero.max() > 100 * nonzero.min()):
+        scale = max(nonzero.min(), nonzero.max() * 1e-6)
+    ends = np.array([low, high], dtype=np.float64)
+    if scale is not None:
+        ends = _forward(ends, scale)
+    if ends[1] <= ends[0]:
+        ends = ends + np.array([-0.5, 0.5])
+    return np.linspace(ends[0], ends[1], ROWS + 1), scale
+
+
+def resample(hist: object, edges: np.ndarray,
+             scale: Optional[float]) -> np.ndarray:
+    """The counts of ``hist`` (a TensorBoard HistogramValue) on ``edges``
+    (drawing units), each bucket's count spread evenly over its range in
+    drawing units; the result sums to ``hist.num``."""
+    limits = np.asarray(hist.bucket_limit, dtype=np.float64)
+    counts = np.asarray(hist.bucket, dtype=np.float64)
+    lower = np.concatenate([[hist.min], limits[:-1]])
+    upper = np.minimum(limits, hist.max)
+    lower = np.minimum(lower, upper)
+    if scale is not None:
+        lower, upper = _forward(lower, scale), _forward(upper, scale)
+    out = np.zeros(len(edges) - 1)
+    for lo, hi, count in zip(lower, upper, counts):
+        if not count:
+            continue
+        if hi <= lo:  # a point (e.g. exact zeros): its bin
+            at = min(
+                max(np.searchsorted(edges, lo, 'right') - 1, 0),
+                len(out) - 1)
+            out[at] += count
+            continue
+        overlap = np.clip(
+            np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
+        out += count * overlap / (hi - lo)
+    return out
+
+
+def draw(histograms: Dict[str, List[Tuple[int, object]]],
+         tags: Optional[Sequence[str]] = None,
+         out: str = 'histograms.png') -> str:
+    """Draw one panel per tag; return the path written."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+    tags = list(tags or sorted(histograms))
+    fig, axes = plt.subplots(
+        len(tags), 1, figsize=(8, 2.6 * len(tags)), squeeze=False)
+    for ax, tag in zip(axes[:, 0], tags):
+        steps = np.array([step for step, _ in histograms[tag]])
+        hists = [h for _, h in histograms[tag]]
+        edges, scale = value_axis(hists)
+        share = np.stack(
+            [resample(h, edges, scale) / max(h.num, 1) for h in hists], 1)
+        x = np.concatenate([
+            steps - 0.5 * np.diff(steps, prepend=0), steps[-1:] + 0.5 *
+            (steps[-1] - steps[-2])
+        ]) if len(steps) > 1 else np.array([steps[0] - 0.5, steps[0] + 0.5])
+        masked = np.ma.masked_less_equal(share, 0)
+        mesh = ax.pcolormesh(
+            x, edges, masked, norm=LogNorm(), cmap='viridis', shading='flat')
+        for stat, style in (('min', ':'), ('max', '--')):
+            y = np.array([getattr(h, stat) for h in hists])
+            ax.plot(
+                steps,
+                _forward(y, scale) if scale else y,
+                'k' + style,
+                lw=0.8,
+                label=stat)
+        if scale is not None:  # label the drawing units in values
+            ticks = ax.get_yticks()
+            ax.set_yticks(ticks)
+            ax.set_yticklabels([
+                f'{np.sign(t) * scale * np.expm1(abs(t)):.3g}' for t in ticks
+            ])
+            ax.set_ylim(edges[0], edges[-1])
+        ax.set_title(f'{tag} (all ranks; share of values per bin)')
+        ax.set_xlabel('step (epoch for per-epoch summaries)' if tag.
+                      split('/')[1] in ('val', 'test') else 'step')
+        fig.colorbar(mesh, ax=ax, pad=0.01)
+        ax.legend(loc='upper left', bbox_to_anchor=(1.12, 1), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('work_dir', help='a work dir or an event directory')
+    parser.add_argument('--tags', nargs='+', help='histogram tags to draw')
+    parser.add_argument('--out', default=None, help='the PNG to write')
+    args = parser.parse_args(argv)
+    histograms = load_histograms(args.work_dir)
+    if not histograms:
+        raise SystemExit(f'no histograms in {args.work_dir!r}: was '
+                         'StatsCollectorHook(histogram_regex=...) run with a '
+                         'TensorboardVisBackend?')
+    out = args.out or osp.join(args.work_dir, 'histograms.png')
+    path = draw(histograms, args.tags, out)
+    print(path)
+    return path
+
+
+if __name__ == '__main__':
+    main()
