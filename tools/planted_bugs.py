@@ -181,6 +181,34 @@ BUGS = [
         'mmstats/sharding.py',
         'if placement.is_replicate() and mesh.get_local_rank(dim) != 0:',
         'if False:', ('tests/test_sharded.py', )),
+    # training health: memory, throughput, FLOPs, MFU (issue 28 item 3)
+    Bug('TP1', 'an uneven last batch counted as a full one',
+        'mmstats/hooks/throughput_hook.py', 'self._samples += rows',
+        'self._samples += self._counted_rows or rows',
+        ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('TP2', "rank 0's peak memory published as the max over ranks",
+        'mmstats/throughput.py',
+        'rank = max(range(len(column)), key=lambda r: (column[r], -r))',
+        'rank = 0', ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('TP3', 'validation loops counted in the training time',
+        'mmstats/hooks/throughput_hook.py',
+        '        self._pause()\n        for name, value in '
+        'self._memory.read().items():',
+        '        for name, value in self._memory.read().items():',
+        ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('TP4', 'FLOPs scaled per iteration where the samples are known',
+        'mmstats/hooks/throughput_hook.py',
+        'return total * (self._samples / self._counted_rows)',
+        'return float(total * self._iters)',
+        ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('TP5', 'a collective on every iteration',
+        'mmstats/hooks/throughput_hook.py',
+        '        if self.schedule.publishes_after(runner, batch_idx):\n'
+        '            self._publish(',
+        '        reduce_interval({}, {"x": 1.0})\n'
+        '        if self.schedule.publishes_after(runner, batch_idx):\n'
+        '            self._publish(',
+        ('tests/test_hooks/test_throughput_hook.py', )),
 ]
 
 
