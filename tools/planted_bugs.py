@@ -190,7 +190,8 @@ BUGS = [
         'mmstats/throughput.py',
         'rank = max(range(len(column)), key=lambda r: (column[r], -r))',
         'rank = 0', ('tests/test_hooks/test_throughput_hook.py', )),
-    Bug('TP3', 'validation loops counted in the training time',
+    Bug(
+        'TP3', 'validation loops counted in the training time',
         'mmstats/hooks/throughput_hook.py',
         '        self._pause()\n        for name, value in '
         'self._memory.read().items():',
@@ -201,7 +202,8 @@ BUGS = [
         'return total * (self._samples / self._counted_rows)',
         'return float(total * self._iters)',
         ('tests/test_hooks/test_throughput_hook.py', )),
-    Bug('TP5', 'a collective on every iteration',
+    Bug(
+        'TP5', 'a collective on every iteration',
         'mmstats/hooks/throughput_hook.py',
         '        if self.schedule.publishes_after(runner, batch_idx):\n'
         '            self._publish(',

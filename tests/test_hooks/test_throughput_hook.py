@@ -215,8 +215,7 @@ def test_epochs_with_an_uneven_last_batch(tmp_path, clean_mmengine):
         f'ran {8 * toy_flops_per_sample() / 1e9:.4g} GFLOP') == 1
 
 
-def test_validation_inside_an_interval_is_not_in_it(tmp_path,
-                                                    clean_mmengine):
+def test_validation_inside_an_interval_is_not_in_it(tmp_path, clean_mmengine):
     """Iteration-based: validation after iteration 4 (inside 4-6), the last
     iteration (8) published without a line of LoggerHook's."""
     result = _train(
@@ -230,19 +229,17 @@ def test_validation_inside_an_interval_is_not_in_it(tmp_path,
 
 def test_peak_flops_gives_mfu_and_count_flops_false_none(
         tmp_path, clean_mmengine):
-    result = _train(
-        0, 1, str(tmp_path / 'peak'),
-        dict(by_epoch=False, max_iters=4, log_interval=2),
-        dict(peak_flops=1e9))
+    result = _train(0, 1, str(tmp_path / 'peak'),
+                    dict(by_epoch=False, max_iters=4, log_interval=2),
+                    dict(peak_flops=1e9))
     scalars = result['scalars']
     for step in (2, 4):
         assert scalars[step]['throughput/mfu'] == pytest.approx(
             scalars[step]['throughput/flops_per_s'] / 1e9, rel=1e-12)
         assert scalars[step]['mfu'] == scalars[step]['throughput/mfu']
-    result = _train(
-        0, 1, str(tmp_path / 'off'),
-        dict(by_epoch=False, max_iters=4, log_interval=2),
-        dict(count_flops=False, peak_flops=1e9))
+    result = _train(0, 1, str(tmp_path / 'off'),
+                    dict(by_epoch=False, max_iters=4, log_interval=2),
+                    dict(count_flops=False, peak_flops=1e9))
     for step in (2, 4):
         record = result['scalars'][step]
         assert 'throughput/flops' not in record
@@ -360,8 +357,8 @@ def _count_work(rank, world_size, work_dir):
                 with OpCounter() as counter:
                     method(runner, batch_idx, *args, **kwargs)
                 ops = counter.ops
-            calls.append((method_name, runner.iter + 1, ops,
-                          collectives[before:]))
+            calls.append(
+                (method_name, runner.iter + 1, ops, collectives[before:]))
 
         setattr(hook, method_name, wrapped)
 
