@@ -25,6 +25,11 @@ __all__ = ['ThroughputHook']
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 OWNER = 'ThroughputHook'
+#: The FLOPs are counted on this training iteration of a run (1-based):
+#: after the first, so that torch.compile has compiled what the first one
+#: ran (dynamo skips a function for good when it first meets it under a
+#: dispatch mode such as torch's FLOP counter).
+COUNTED_ITERATION = 2
 #: the text line's keys: the first memory figure, throughput, MFU
 TEXT_KEYS = {
     'memory/max_allocated': 'memory/max',
@@ -56,7 +61,7 @@ class ThroughputHook(Hook):
     - ``throughput/samples`` (the rows of the data batches all ranks saw:
       an uneven last batch counts as it is) and ``throughput/samples_per_s``;
     - ``throughput/flops`` (the interval's FLOPs, all ranks: the FLOPs of
-      one iteration counted once per rank on its first batch with
+      one iteration counted once per rank on its second batch with
       ``torch.utils.flop_counter``, times its samples over the counted
       batch's), ``throughput/flops_per_s`` and ``throughput/mfu`` (FLOP/s
       over the ranks' summed peak; absent, not zero, where a peak is not
@@ -71,9 +76,10 @@ class ThroughputHook(Hook):
         interval (int, optional): Publish every ``interval`` inner
             iterations (besides LoggerHook's lines). None: the LoggerHook's
             interval. Defaults to None.
-        count_flops (bool): Count the FLOPs of the first training iteration
-            (that iteration runs slower, under torch's counter) and publish
-            FLOP/s and MFU. Defaults to True.
+        count_flops (bool): Count the FLOPs of the second training
+            iteration of the run (after torch.compile compiled the first;
+            it runs slower, under torch's counter) and publish FLOP/s and
+            MFU (none for a run of one iteration). Defaults to True.
         peak_flops (float, optional): The peak FLOP/s of one device,
             for MFU; None: from :data:`mmstats.flops.PEAK_FLOPS` by device
             name and the number formats the counted ops ran in. Defaults to
@@ -114,6 +120,7 @@ class ThroughputHook(Hook):
         self._flops = IterationFlops()
         self._counted_rows: Optional[int] = None
         self._folded: Dict[str, float] = {}  # peaks read before validation
+        self._run_iters = 0  # training iterations of this run
         self._training = False
         self._stamp: Optional[float] = None  # the clock runs since
         self._paused_in_epoch = False  # by a validation loop
@@ -170,8 +177,10 @@ class ThroughputHook(Hook):
                           runner: Runner,
                           batch_idx: int,
                           data_batch: DATA_BATCH = None) -> None:
-        """Count the FLOPs of the run's first iteration."""
-        if self.count_flops and self._flops.total is None:
+        """Count the FLOPs of the run's second iteration (see
+        ``COUNTED_ITERATION``)."""
+        if (self.count_flops and self._flops.total is None
+                and self._run_iters == COUNTED_ITERATION - 1):
             self._counted_rows = batch_rows(data_batch)
             self._flops.start()
 
@@ -191,6 +200,7 @@ class ThroughputHook(Hook):
         else:
             self._samples += rows
         self._iters += 1
+        self._run_iters += 1
         if self.schedule.publishes_after(runner, batch_idx):
             self._publish(runner, self.schedule.logs_after(runner, batch_idx),
                           runner.iter + 1)

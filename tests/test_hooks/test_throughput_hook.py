@@ -346,9 +346,9 @@ def _count_work(rank, world_size, work_dir):
         method = getattr(hook, method_name)
 
         def wrapped(runner, batch_idx, *args, **kwargs):
-            # FlopCounterMode starts and stops inside the first iteration:
-            # no mode of the test's around that
-            counting = hook._flops.total is None
+            # FlopCounterMode starts and stops inside the counted
+            # iteration: no mode of the test's around that
+            counting = hook._run_iters == throughput_hook.COUNTED_ITERATION - 1
             before = len(collectives)
             if counting:
                 method(runner, batch_idx, *args, **kwargs)
