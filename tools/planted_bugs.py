@@ -215,6 +215,15 @@ BUGS = [
         'mmstats/hooks/throughput_hook.py', 'COUNTED_ITERATION = 2',
         'COUNTED_ITERATION = 1',
         ('tests/test_hooks/test_throughput_runners.py', )),
+    Bug('TP7', "validation's CUDA memory left in the training peaks",
+        'mmstats/hooks/throughput_hook.py',
+        '        self._memory.reset()\n        if self._paused_in_epoch:',
+        '        if self._paused_in_epoch:',
+        ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('TP8', 'the peak before a validation loop forgotten',
+        'mmstats/hooks/throughput_hook.py',
+        'self._folded[name] = max(value, self._folded.get(name, 0.0))', 'pass',
+        ('tests/test_hooks/test_throughput_hook.py', )),
 ]
 
 

@@ -61,7 +61,7 @@ class FakeMemory:
 
     def __call__(self, reader) -> dict:
         k = sum(1 for entry in self.log if entry[0] == 'read')
-        value = 100.0 + (k * 37 + 5 * self.rank) % 11  # ties happen too
+        value = 100.0 + (k * 7 + 5 * self.rank) % 11
         self.log.append(('read', value))
         return {name: value for name in reader.names}
 
@@ -222,9 +222,12 @@ def test_validation_inside_an_interval_is_not_in_it(tmp_path, clean_mmengine):
         0, 1, str(tmp_path),
         dict(by_epoch=False, max_iters=8, val_interval=4, log_interval=3))
     check_publications([result], [3, 6, 8], {3, 6}, toy_flops_per_sample())
-    # the memory read before validation is in the interval 4-6
+    # the memory read before validation is in the interval 4-6, and it is
+    # that interval's peak
     reads = [v for kind, v in result['memory_log'] if kind == 'read']
     assert len(reads) == 5  # 3 publications, 2 validation loops
+    assert reads[:3] == [100.0, 107.0, 103.0]
+    assert result['scalars'][6]['memory/max_rss'] == 107.0
 
 
 def test_peak_flops_gives_mfu_and_count_flops_false_none(
@@ -307,6 +310,91 @@ def test_two_ranks_uneven_last_batches(tmp_path):
         'memory/max': results[0]['scalars'][5]['memory/max_rss'],
         'samples_per_s': results[0]['scalars'][5]['throughput/samples_per_s']
     }
+
+
+class FakeAllocator:
+    """The CUDA allocator's peak counters as ``MemoryReader`` sees them:
+    ``read`` gives the peak since the last ``reset``, which starts from the
+    memory held then. :class:`AllocatorHook` sets what each iteration holds
+    (validation holds 1e6 MiB: never in a training figure)."""
+
+    def __init__(self) -> None:
+        self.held = self.peak = 0.0
+        self.usage = []  # per training iteration
+
+    def hold(self, mib: float) -> None:
+        self.held = mib
+        self.peak = max(self.peak, mib)
+
+    def read(self) -> dict:  # bound: the reader is not passed
+        return dict(max_allocated=self.peak, max_reserved=2 * self.peak)
+
+    def reset(self) -> None:
+        self.peak = self.held
+
+
+@ROOT_HOOKS.register_module(force=True)
+class AllocatorHook(Hook):
+    priority = 'VERY_HIGH'
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        from mmengine.dist import get_rank
+        allocator = MemoryReader.read.__self__
+        allocator.usage.append(10.0 + (runner.iter *
+                                       (7 + get_rank()) + 6 * get_rank()) % 13)
+        allocator.hold(allocator.usage[-1])
+
+    def before_val_iter(self, runner, batch_idx, data_batch=None):
+        MemoryReader.read.__self__.hold(1e6)
+
+    def after_val_epoch(self, runner, metrics=None):
+        MemoryReader.read.__self__.hold(0.0)  # validation freed its memory
+
+
+def _train_cuda_peaks(rank, world_size, work_dir):
+    allocator = FakeAllocator()
+    saved = MemoryReader.read, MemoryReader.reset
+    MemoryReader.read, MemoryReader.reset = allocator.read, allocator.reset
+    try:
+        cfg = gloo_launch(
+            toy_cfg(
+                work_dir,
+                by_epoch=False,
+                max_iters=8,
+                val_interval=4,
+                log_interval=3))
+        cfg.custom_hooks = [
+            dict(type='mmstats.ThroughputHook', count_flops=False),
+            dict(type='AllocatorHook')
+        ]
+        runner = Runner.from_cfg(cfg)
+        runner.train()
+    finally:
+        MemoryReader.read, MemoryReader.reset = saved
+    return dict(
+        usage=allocator.usage, scalars=read_scalars(runner, missing_ok=True))
+
+
+def test_two_ranks_cuda_peaks_per_interval_without_validation(tmp_path):
+    """The CUDA path's reads and resets on a simulated allocator: each
+    interval's peak is the max of what its iterations held (and what the
+    previous iteration still held when the peaks were reset), max over
+    ranks, with the rank; validation's memory is in none of them."""
+    results = run_distributed(_train_cuda_peaks, 2, str(tmp_path), timeout=240)
+    scalars = results[0]['scalars']
+    start = 0
+    for step in (3, 6, 8):
+        column = [max(r['usage'][max(start - 1, 0):step]) for r in results]
+        record = scalars[step]
+        assert record['memory/max_allocated'] == max(column)
+        assert record['memory/max_allocated_rank'] == column.index(max(column))
+        assert record['memory/max_reserved'] == 2 * max(column)
+        if step != 8:  # LoggerHook's lines: 3, 6
+            assert record['memory/max'] == max(column)
+        assert 'memory/max_rss' not in record
+        start = step
+    assert {scalars[s]['memory/max_allocated_rank']
+            for s in (3, 6, 8)} == {0, 1}
 
 
 class OpCounter(TorchDispatchMode):
