@@ -11,6 +11,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.runner import LogProcessor, Runner
 
+from mmstats.dist import host_group
 from mmstats.flops import IterationFlops
 from mmstats.memory import MemoryReader
 from mmstats.registry import HOOKS
@@ -151,7 +152,7 @@ class ThroughputHook(Hook):
             self._device_name = torch.cuda.get_device_name(device)
         else:
             self._device_name = device.type
-        reduce_interval({}, {})  # creates mmstats.dist.host_group
+        host_group()  # the collective's gloo group: every rank, now
 
     def before_train(self, runner: Runner) -> None:
         """Training has started (validation loops now pause the clock)."""

@@ -1,9 +1,9 @@
 """ThroughputHook under FlexibleRunner on 2 gloo processes: DDPStrategy,
-FSDPStrategy (FSDP1, flat and original parameters) and FSDP2
-(``mmstats.FullyShard``) publish the full model's FLOPs (the compute runs
-on gathered parameters: never a shard's count) and the samples of both
-ranks; under ``compile=True`` the FLOPs are counted and training stays
-compiled."""
+FSDPStrategy (FSDP1, flat and original parameters), FSDP2
+(``mmstats.FullyShard``) and DeepSpeed ZeRO-2/3 publish the full model's
+FLOPs (the compute runs on gathered parameters: never a shard's count) and
+the samples of both ranks; under ``compile=True`` the FLOPs are counted and
+training stays compiled."""
 import pytest
 from mmengine.runner import Runner
 
@@ -39,6 +39,28 @@ STRATEGIES = {
 }
 
 
+def _deepspeed(stage: int, cfg) -> None:
+    """DeepSpeedStrategy on CPU, as tests/test_sharded.py sets it up."""
+    import os
+
+    import deepspeed
+    from mmengine.registry import OPTIMIZERS
+    os.environ['DS_ACCELERATOR'] = 'cpu'
+    deepspeed.init_distributed(dist_backend='gloo')  # the group exists
+    for name in ('DeepSpeedCPUAdam', 'FusedAdam', 'FusedLamb', 'OnebitAdam',
+                 'OnebitLamb', 'ZeroOneAdam'):  # registered on every build
+        OPTIMIZERS.module_dict.pop(name, None)
+    cfg.strategy = dict(
+        type='DeepSpeedStrategy',
+        zero_optimization=dict(
+            stage=stage, stage3_param_persistence_threshold=0),
+        train_micro_batch_size_per_gpu=8,
+        gradient_accumulation_steps=1)
+    cfg.optim_wrapper = dict(
+        type='DeepSpeedOptimWrapper',
+        optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.0))
+
+
 def _train(rank, world_size, work_dir, strategy):
     from mmengine.runner import FlexibleRunner
 
@@ -54,15 +76,20 @@ def _train(rank, world_size, work_dir, strategy):
     cfg.train_cfg.pop('val_interval', None)
     cfg.default_hooks.pop('checkpoint')
     cfg.launcher = 'pytorch'
-    cfg.strategy = STRATEGIES[strategy]
+    if strategy.startswith('zero'):
+        _deepspeed(int(strategy[-1]), cfg)
+    else:
+        cfg.strategy = STRATEGIES[strategy]
     cfg.custom_hooks = [dict(type='mmstats.ThroughputHook')]
     runner = FlexibleRunner.from_cfg(cfg)
     runner.train()
     return read_scalars(runner, missing_ok=True)
 
 
-@pytest.mark.parametrize('strategy', list(STRATEGIES))
+@pytest.mark.parametrize('strategy', list(STRATEGIES) + ['zero2', 'zero3'])
 def test_full_model_flops_and_all_samples(tmp_path, strategy):
+    if strategy.startswith('zero'):
+        pytest.importorskip('deepspeed')
     results = run_distributed(_train, 2, str(tmp_path), strategy, timeout=240)
     scalars = results[0]
     # 2 ranks x 3 iterations x 8 samples per interval
