@@ -3,20 +3,22 @@
 Trains ``make demo``'s config (``projects/digits_demo``: ResNet-mini,
 batch 64, PreciseBNHook and StatsCollectorHook on, LoggerHook interval 10)
 for ``--epochs`` epochs, without and with ``mmstats.ThroughputHook`` at its
-defaults (FLOPs counted on the first iteration), the two setups alternating
-in every repeat (interleaved, so drifts of a shared machine hit both alike).
-Prints side by side the medians over repeats of:
+defaults, the two setups alternating in every repeat (interleaved, so
+drifts of a shared machine hit both alike). Prints side by side the
+medians over repeats of:
 
-1. the training loop's time (the sum of IterTimerHook's iteration times:
-   every hook's per-iteration work, the publications and the counted first
-   iteration; validation and precise BN are not in it), and the ratio with
-   / without the hook, paired per repeat;
-2. the same without the first iteration (the FLOPs are counted there, once
-   per run: its extra cost shrinks with longer runs);
-3. the whole ``runner.train()`` wall time and its ratio.
+1. ``runner.train()``'s CPU time (this thread's ``time.thread_time``: what
+   the run computed, less exposed than wall time to other processes on a
+   shared machine) and its wall time, with the ratio with / without the
+   hook paired per repeat;
+2. the hook's own share: the CPU time spent in ThroughputHook's methods
+   over the run's training iterations (``thread_time``), per iteration and
+   as a fraction of the run's iteration time without the hook;
+3. the counted iteration (FLOPs, once per run): its time against the
+   median iteration of the same run (IterTimerHook's times).
 
-Usage: ``python tools/benchmarks/health_throughput.py [--epochs 2]
-[--repeats 5]`` (needs ``pip install -e projects/digits_demo``).
+Usage: ``python tools/benchmarks/health_throughput.py [--epochs 3]
+[--repeats 7]`` (needs ``pip install -e projects/digits_demo``).
 """
 import argparse
 import statistics
@@ -30,9 +32,28 @@ from mmengine.runner import Runner
 from mmengine.utils import ManagerMixin
 
 import mmstats  # noqa: F401  (registers the hooks)
+from mmstats.hooks import ThroughputHook
+from mmstats.hooks.throughput_hook import COUNTED_ITERATION
 
 DEMO_CONFIG = ('projects/digits_demo/configs/demo/'
                'resnet-mini_1xb64-precise-bn-stats_digits.py')
+HOOK_METHODS = ('before_train_epoch', 'after_train_epoch', 'before_train_iter',
+                'after_train_iter', 'before_val', 'after_val', 'after_train')
+
+
+def _timed(hook: ThroughputHook, spent: list) -> None:
+    """Add the CPU time of every call of the hook's methods to spent[0]."""
+    for name in HOOK_METHODS:
+        method = getattr(hook, name)
+
+        def timed(*args, _method=method, **kwargs):
+            start = time.thread_time()
+            try:
+                return _method(*args, **kwargs)
+            finally:
+                spent[0] += time.thread_time() - start
+
+        setattr(hook, name, timed)
 
 
 def train(epochs: int, hooked: bool) -> Dict[str, float]:
@@ -47,19 +68,30 @@ def train(epochs: int, hooked: bool) -> Dict[str, float]:
     cfg.experiment_name = f'bench_{time.time_ns()}'
     cfg.log_level = 'WARNING'
     runner = Runner.from_cfg(cfg)
-    start = time.perf_counter()
+    spent = [0.0]
+    for hook in runner.hooks:
+        if isinstance(hook, ThroughputHook):
+            _timed(hook, spent)
+    wall, cpu = time.perf_counter(), time.thread_time()
     runner.train()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
     times = list(runner.message_hub.get_scalar('train/time').data[0])
     for cls in ManagerMixin.__subclasses__():
         cls._instance_dict.clear()
-    return dict(loop=sum(times), after_first=sum(times[1:]), wall=wall)
+    counted = times[COUNTED_ITERATION - 1]
+    return dict(
+        wall=wall,
+        cpu=cpu,
+        loop=sum(times),
+        iters=len(times),
+        hook=spent[0],
+        counted_extra=counted - statistics.median(times))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--epochs', type=int, default=2)
-    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--epochs', type=int, default=3)
+    parser.add_argument('--repeats', type=int, default=7)
     args = parser.parse_args()
     torch.set_num_threads(1)
     train(1, False)  # warm-up: imports, the dataset's first load
@@ -67,19 +99,30 @@ def main() -> None:
     for repeat in range(args.repeats):  # interleaved, the order alternating
         for hooked in ((False, True) if repeat % 2 == 0 else (True, False)):
             runs[hooked].append(train(args.epochs, hooked))
+    plain, hooked = runs[False], runs[True]
     device = 'cuda' if torch.cuda.is_available() else 'cpu, 1 thread'
+    iters = hooked[0]['iters']
     print(f'## ThroughputHook on the digits demo ({DEMO_CONFIG}), '
-          f'{args.epochs} epochs, {device}, median of {args.repeats} '
-          'interleaved repeats')
-    print(f'{"":44s} {"without":>9s} {"with":>9s} {"with/without":>13s}')
-    for key, label in (('loop', 'training iterations (s)'),
-                       ('after_first', 'iterations after the first (s)'),
-                       ('wall', 'runner.train() wall time (s)')):
-        plain = [run[key] for run in runs[False]]
-        hooked = [run[key] for run in runs[True]]
-        ratio = statistics.median(h / p for h, p in zip(hooked, plain))
-        print(f'{label:44s} {statistics.median(plain):9.3f} '
-              f'{statistics.median(hooked):9.3f} {100 * (ratio - 1):+12.2f}%')
+          f'{args.epochs} epochs ({iters} iterations), {device}, median of '
+          f'{args.repeats} interleaved repeats')
+    print(f'{"":46s} {"without":>9s} {"with":>9s} {"with/without":>13s}')
+    for key, label in (('cpu', 'runner.train() CPU time (s)'),
+                       ('wall', 'runner.train() wall time (s)'),
+                       ('loop', 'training iterations, wall (s)')):
+        ratio = statistics.median(h[key] / p[key]
+                                  for h, p in zip(hooked, plain))
+        print(f'{label:46s} {statistics.median(r[key] for r in plain):9.3f} '
+              f'{statistics.median(r[key] for r in hooked):9.3f} '
+              f'{100 * (ratio - 1):+12.2f}%')
+    hook_s = statistics.median(r['hook'] for r in hooked)
+    loop_s = statistics.median(r['loop'] for r in plain)
+    extra = statistics.median(r['counted_extra'] for r in hooked)
+    print(f'{"the hook own CPU time per iteration (us)":46s} '
+          f'{1e6 * hook_s / iters:9.1f}')
+    print(f'{"the hook own CPU time / iteration time":46s} '
+          f'{100 * hook_s / loop_s:8.3f}%')
+    print(f'{"counted iteration: extra time, once (ms)":46s} '
+          f'{1e3 * extra:9.1f}   ({100 * extra / loop_s:.3f}% of this run)')
 
 
 if __name__ == '__main__':
