@@ -10,7 +10,8 @@ medians over repeats of:
 1. ``runner.train()``'s CPU time (this thread's ``time.thread_time``: what
    the run computed, less exposed than wall time to other processes on a
    shared machine) and its wall time, with the ratio with / without the
-   hook paired per repeat;
+   hook paired per repeat (and the range of the repeats' ratios: the noise
+   of the machine; on a shared one it exceeds the hook's cost);
 2. the hook's own share: the CPU time spent in ThroughputHook's methods
    over the run's training iterations (``thread_time``), per iteration and
    as a fraction of the run's iteration time without the hook;
@@ -109,11 +110,14 @@ def main() -> None:
     for key, label in (('cpu', 'runner.train() CPU time (s)'),
                        ('wall', 'runner.train() wall time (s)'),
                        ('loop', 'training iterations, wall (s)')):
-        ratio = statistics.median(h[key] / p[key]
-                                  for h, p in zip(hooked, plain))
-        print(f'{label:46s} {statistics.median(r[key] for r in plain):9.3f} '
-              f'{statistics.median(r[key] for r in hooked):9.3f} '
-              f'{100 * (ratio - 1):+12.2f}%')
+        ratios = sorted(h[key] / p[key] for h, p in zip(hooked, plain))
+        ratio = statistics.median(ratios)
+        print(
+            f'{label:46s} {statistics.median(r[key] for r in plain):9.3f} '
+            f'{statistics.median(r[key] for r in hooked):9.3f} '
+            f'{100 * (ratio - 1):+12.2f}%   (repeats: '
+            f'{100 * (ratios[0] - 1):+.1f}% .. {100 * (ratios[-1] - 1):+.1f}%)'
+        )
     hook_s = statistics.median(r['hook'] for r in hooked)
     loop_s = statistics.median(r['loop'] for r in plain)
     extra = statistics.median(r['counted_extra'] for r in hooked)
