@@ -35,7 +35,7 @@ def plot_throughput(scalars_path: str,
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(8, 6), sharex=True, constrained_layout=True)
+        2, 1, figsize=(8, 5.5), sharex=True, constrained_layout=True)
     if 'throughput/samples_per_s' in series:
         steps, values = series['throughput/samples_per_s']
         top.plot(steps, values, 'o-', color='C0', label='samples/s')
@@ -49,6 +49,7 @@ def plot_throughput(scalars_path: str,
         right.set_ylabel('MFU (%)', color='C3')
         right.set_ylim(bottom=0)
     top.set_title('throughput of each interval')
+    ranks_seen = set()
     for i, (key, label) in enumerate(MEMORY):
         if key not in series:
             continue
@@ -56,13 +57,28 @@ def plot_throughput(scalars_path: str,
         bottom.plot(steps, values, '-', color=f'C{i + 1}', label=label)
         ranks = series.get(f'{key}_rank', ([], []))[1]
         if len(ranks) == len(values):
-            scatter = bottom.scatter(
-                steps, values, c=ranks, cmap='viridis', zorder=3, s=18)
-    if any(f'{key}_rank' in series for key, _ in MEMORY):
-        fig.colorbar(scatter, ax=bottom, label='rank holding the peak')
+            ranks_seen.update(int(r) for r in ranks)
+            bottom.scatter(
+                steps,
+                values,
+                c=ranks,
+                cmap='viridis',
+                vmin=0,
+                vmax=max(max(ranks), 1),
+                zorder=3,
+                s=18)
+    if ranks_seen:
+        mappable = matplotlib.cm.ScalarMappable(
+            norm=matplotlib.colors.Normalize(0, max(max(ranks_seen), 1)),
+            cmap='viridis')
+        fig.colorbar(
+            mappable,
+            ax=bottom,
+            ticks=sorted(ranks_seen),
+            label='rank holding the peak')
     bottom.set_ylabel('peak memory (MiB, max over ranks)')
     bottom.set_xlabel('iteration (the end of each interval)')
-    bottom.legend(loc='center left', bbox_to_anchor=(1.25, 0.5))
+    bottom.legend(loc='lower right')
     out_path = out_path or osp.join(
         osp.dirname(scalars_path), 'throughput.png')
     fig.savefig(out_path, dpi=100)
