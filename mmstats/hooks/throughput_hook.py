@@ -44,9 +44,10 @@ TEXT_KEYS = {
 class ThroughputHook(Hook):
     """Peak memory, throughput, FLOP/s and MFU of training, over all ranks.
 
-    Published where StatsCollectorHook publishes (where LoggerHook writes a
-    training line, every ``interval`` inner iterations, at every epoch end,
-    after the last iteration), each publication covering exactly the
+    Published on StatsCollectorHook's schedule (``PublicationSchedule``:
+    where LoggerHook writes a training line, every ``interval`` inner
+    iterations, at every epoch end, after the last iteration of an
+    iteration-based run), each publication covering exactly the
     training iterations since the previous one, in ONE small collective
     (an all_gather of a few float64 per rank on a gloo group: no device
     sync); nothing else runs per iteration but host counters. To the
@@ -145,8 +146,7 @@ class ThroughputHook(Hook):
         self._flops.stop()  # a previous run that failed while counting
         self._start_run()
         self.schedule = PublicationSchedule(runner, self.interval)
-        model = unwrap_model(runner.model)
-        device = next(model.parameters(), torch.zeros(0)).device
+        device = _model_device(runner.model)
         self._memory = MemoryReader(device)
         if device.type == 'cuda':
             self._device_name = torch.cuda.get_device_name(device)
@@ -268,6 +268,12 @@ class ThroughputHook(Hook):
             'peak': self._peak() if self.count_flops else 0.0,
         }
         maxima, sums = reduce_interval(maxima, sums)
+        missing = [k for k, held in maxima.items() if held is None]
+        if missing:
+            self._warn_once(
+                'memory', f'{OWNER}: {", ".join(missing)} cannot be read on '
+                'some rank (no resource module: Windows?), so it is not '
+                'published')
         self._memory.reset()
         self._folded = {}
         unknown, iters = self._unknown, self._iters
@@ -358,6 +364,17 @@ class ThroughputHook(Hook):
         if key not in self._warned:
             self._warned.add(key)
             print_log(message, 'current', level=30)
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    """The device the model trains on: its first parameter's, the
+    wrapper's first (FSDP1 keeps its flat parameters there and none in the
+    module inside), else the user's module's; CPU without parameters."""
+    for module in (model, unwrap_model(model)):
+        param = next(module.parameters(), None)
+        if param is not None:
+            return param.device
+    return torch.device('cpu')
 
 
 def _check_peak(peak_flops: object) -> None:

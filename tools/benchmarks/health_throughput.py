@@ -25,7 +25,7 @@ import argparse
 import statistics
 import tempfile
 import time
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from mmengine.config import Config
@@ -38,6 +38,11 @@ from mmstats.hooks.throughput_hook import COUNTED_ITERATION
 
 DEMO_CONFIG = ('projects/digits_demo/configs/demo/'
                'resnet-mini_1xb64-precise-bn-stats_digits.py')
+SETUPS = {
+    'defaults': dict(type='mmstats.ThroughputHook'),
+    'no-flops': dict(type='mmstats.ThroughputHook', count_flops=False),
+    'aa': None,
+}
 HOOK_METHODS = ('before_train_epoch', 'after_train_epoch', 'before_train_iter',
                 'after_train_iter', 'before_val', 'after_val', 'after_train')
 
@@ -57,53 +62,61 @@ def _timed(hook: ThroughputHook, spent: list) -> None:
         setattr(hook, name, timed)
 
 
-def train(epochs: int, hooked: bool) -> Dict[str, float]:
-    """One run of the demo; its times in seconds."""
+def train(epochs: int, hook: Optional[dict]) -> Dict[str, float]:
+    """One run of the demo (with ``hook`` added); its times in seconds."""
     cfg = Config.fromfile(DEMO_CONFIG)
     cfg.train_cfg.max_epochs = epochs
     cfg.default_hooks.checkpoint = None
-    if hooked:
-        cfg.custom_hooks = list(
-            cfg.custom_hooks) + [dict(type='mmstats.ThroughputHook')]
+    if hook is not None:
+        cfg.custom_hooks = list(cfg.custom_hooks) + [hook]
     cfg.work_dir = tempfile.mkdtemp()
     cfg.experiment_name = f'bench_{time.time_ns()}'
     cfg.log_level = 'WARNING'
     runner = Runner.from_cfg(cfg)
     spent = [0.0]
-    for hook in runner.hooks:
-        if isinstance(hook, ThroughputHook):
-            _timed(hook, spent)
+    for each in runner.hooks:
+        if isinstance(each, ThroughputHook):
+            _timed(each, spent)
     wall, cpu = time.perf_counter(), time.thread_time()
     runner.train()
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
     times = list(runner.message_hub.get_scalar('train/time').data[0])
     for cls in ManagerMixin.__subclasses__():
         cls._instance_dict.clear()
-    counted = times[COUNTED_ITERATION - 1]
+    counted = times[COUNTED_ITERATION - 1] if hook else 0.0
     return dict(
         wall=wall,
         cpu=cpu,
         loop=sum(times),
         iters=len(times),
         hook=spent[0],
-        counted_extra=counted - statistics.median(times))
+        counted_extra=counted - statistics.median(times) if hook else 0.0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--epochs', type=int, default=3)
     parser.add_argument('--repeats', type=int, default=7)
+    parser.add_argument(
+        '--setup',
+        choices=sorted(SETUPS),
+        default='defaults',
+        help='what "with" trains: the hook at its defaults, the hook with '
+        'count_flops=False, or no hook (an A/A run: the noise floor of this '
+        'method on this machine)')
     args = parser.parse_args()
     torch.set_num_threads(1)
-    train(1, False)  # warm-up: imports, the dataset's first load
+    train(1, None)  # warm-up: imports, the dataset's first load
     runs = {False: [], True: []}
     for repeat in range(args.repeats):  # interleaved, the order alternating
         for hooked in ((False, True) if repeat % 2 == 0 else (True, False)):
-            runs[hooked].append(train(args.epochs, hooked))
+            runs[hooked].append(
+                train(args.epochs, SETUPS[args.setup] if hooked else None))
     plain, hooked = runs[False], runs[True]
     device = 'cuda' if torch.cuda.is_available() else 'cpu, 1 thread'
     iters = hooked[0]['iters']
-    print(f'## ThroughputHook on the digits demo ({DEMO_CONFIG}), '
+    print(f'## {args.setup}: {SETUPS[args.setup]} on the digits demo '
+          f'({DEMO_CONFIG}), '
           f'{args.epochs} epochs ({iters} iterations), {device}, median of '
           f'{args.repeats} interleaved repeats')
     print(f'{"":46s} {"without":>9s} {"with":>9s} {"with/without":>13s}')
