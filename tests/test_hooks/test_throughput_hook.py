@@ -222,6 +222,17 @@ def test_validation_inside_an_interval_is_not_in_it(tmp_path, clean_mmengine):
         0, 1, str(tmp_path),
         dict(by_epoch=False, max_iters=8, val_interval=4, log_interval=3))
     check_publications([result], [3, 6, 8], {3, 6}, toy_flops_per_sample())
+    ours = {
+        k
+        for k in result['scalars'][3]
+        if k.startswith(('throughput/', 'memory/'))
+    }
+    assert ours == {
+        'memory/max_rss', 'memory/max_rss_rank', 'memory/max',
+        'throughput/iters', 'throughput/time', 'throughput/iters_per_s',
+        'throughput/samples', 'throughput/samples_per_s', 'throughput/flops',
+        'throughput/flops_per_s'
+    }  # the keys written: no mfu without a peak
     # the memory read before validation is in the interval 4-6, and it is
     # that interval's peak
     reads = [v for kind, v in result['memory_log'] if kind == 'read']
