@@ -547,3 +547,37 @@ def test_cpu_memory_is_the_peak_rss_of_the_process():
 def test_config_mistakes_fail_when_built(kwargs, error):
     with pytest.raises(error, match=f'ThroughputHook: {next(iter(kwargs))}'):
         ThroughputHook(**kwargs)
+
+
+@ROOT_HOOKS.register_module(force=True)
+class ReportsMemoryHook(Hook):
+    """A user's reported name ``memory``: StatsCollectorHook's text key
+    ``memory/max`` is ThroughputHook's too."""
+
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
+                         outputs=None):
+        from mmstats import report
+        report('memory', 1.0)
+
+
+def test_another_hook_writing_memory_max_is_warned_once(
+        tmp_path, clean_mmengine):
+    cfg = toy_cfg(tmp_path, by_epoch=False, max_iters=6, log_interval=2)
+    cfg.custom_hooks = [
+        dict(type='ReportsMemoryHook'),
+        dict(type='mmstats.ThroughputHook', count_flops=False),
+        dict(
+            type='mmstats.StatsCollectorHook',
+            stats=('mean', 'max'),
+            log_stats=('max', ))
+    ]
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    assert log.count("another hook writes 'train/memory/max' too") == 1
+    scalars = read_scalars(runner)
+    assert scalars[4]['stats/memory/max'] == 1.0  # both kept apart here
+    assert scalars[4]['memory/max_rss'] > 1.0
