@@ -88,7 +88,7 @@ class RawValuesHook(Hook):
 
 
 @ROOT_HOOKS.register_module(force=True)
-class AfterHook(Hook):
+class ThroughputMarksHook(Hook):
     """After ThroughputHook: marks each iteration's end in the memory log
     and lets 500 fake seconds pass between epochs."""
     priority = 'LOW'
@@ -122,7 +122,7 @@ def _train(rank, world_size, work_dir, cfg_args, hook_args=None):
         cfg.custom_hooks = [
             dict(type='mmstats.ThroughputHook', **(hook_args or {})),
             dict(type='RawValuesHook'),
-            dict(type='AfterHook')
+            dict(type='ThroughputMarksHook')
         ]
         runner = Runner.from_cfg(cfg)
         runner.train()
