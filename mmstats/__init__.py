@@ -24,12 +24,14 @@ _LAZY = {
     'ModuleStatsHook': '.hooks',
     'PreciseBNHook': '.hooks',
     'StatsCollectorHook': '.hooks',
+    'ThroughputHook': '.hooks',
     'update_bn_stats': '.precise_bn',
 }
 
 __all__ = [
     '__version__', 'report', 'report0', 'Collector', 'scaled_all_reduce',
-    'update_bn_stats', 'ModuleStatsHook', 'PreciseBNHook', 'StatsCollectorHook'
+    'update_bn_stats', 'ModuleStatsHook', 'PreciseBNHook',
+    'StatsCollectorHook', 'ThroughputHook'
 ]
 
 

@@ -228,6 +228,49 @@ BUGS = [
         'pos_floor = bottom[codes == pos_kept[0]][0]',
         'pos_floor = top[codes == pos_kept[0]][0]',
         ('tests/test_stats/test_histograms.py', )),
+    # training health: memory, throughput, FLOPs, MFU (issue 28 item 3)
+    Bug('TP1', 'an uneven last batch counted as a full one',
+        'mmstats/hooks/throughput_hook.py', 'self._samples += rows',
+        'self._samples += self._counted_rows or rows',
+        ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('TP2', "rank 0's peak memory published as the max over ranks",
+        'mmstats/throughput.py',
+        'rank = max(range(len(column)), key=lambda r: (column[r], -r))',
+        'rank = 0', ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug(
+        'TP3', 'validation loops counted in the training time',
+        'mmstats/hooks/throughput_hook.py',
+        '        self._pause()\n        for name, value in '
+        'self._memory.read().items():',
+        '        for name, value in self._memory.read().items():',
+        ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('TP4', 'FLOPs scaled per iteration where the samples are known',
+        'mmstats/hooks/throughput_hook.py',
+        'return total * (self._samples / self._counted_rows)',
+        'return float(total * self._iters)',
+        ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug(
+        'TP5', 'a collective on every iteration',
+        'mmstats/hooks/throughput_hook.py',
+        '        if self.schedule.publishes_after(runner, batch_idx):\n'
+        '            self._publish(',
+        '        reduce_interval({}, {"x": 1.0})\n'
+        '        if self.schedule.publishes_after(runner, batch_idx):\n'
+        '            self._publish(',
+        ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('TP6', 'FLOPs counted on the first iteration (compilation skipped)',
+        'mmstats/hooks/throughput_hook.py', 'COUNTED_ITERATION = 2',
+        'COUNTED_ITERATION = 1',
+        ('tests/test_hooks/test_throughput_runners.py', )),
+    Bug('TP7', "validation's CUDA memory left in the training peaks",
+        'mmstats/hooks/throughput_hook.py',
+        '        self._memory.reset()\n        if self._paused_in_epoch:',
+        '        if self._paused_in_epoch:',
+        ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('TP8', 'the peak before a validation loop forgotten',
+        'mmstats/hooks/throughput_hook.py',
+        'self._folded[name] = max(value, self._folded.get(name, 0.0))', 'pass',
+        ('tests/test_hooks/test_throughput_hook.py', )),
 ]
 
 

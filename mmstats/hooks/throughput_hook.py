@@ -1,0 +1,391 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""ThroughputHook: peak memory, samples per second, FLOP/s and MFU over
+all ranks, published where the training statistics are
+(``docs/throughput.md``)."""
+import numbers
+from time import perf_counter
+from typing import Dict, Optional, Union
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+from mmengine.runner import LogProcessor, Runner
+
+from mmstats.dist import host_group
+from mmstats.flops import IterationFlops
+from mmstats.memory import MemoryReader
+from mmstats.registry import HOOKS
+from mmstats.sharding import unwrap_model
+from mmstats.throughput import batch_rows, reduce_interval
+from mmstats.utils.args import check_bool, check_positive_int
+from .schedule import PublicationSchedule
+from .stats_collector_hook import _hub_latest, _log_current_value
+from .strategies import refuse_unchecked_strategy
+
+__all__ = ['ThroughputHook']
+
+DATA_BATCH = Optional[Union[dict, tuple, list]]
+OWNER = 'ThroughputHook'
+#: The FLOPs are counted on this training iteration of a run (1-based):
+#: after the first, so that torch.compile has compiled what the first one
+#: ran (dynamo skips a function for good when it first meets it under a
+#: dispatch mode such as torch's FLOP counter).
+COUNTED_ITERATION = 2
+#: the text line's keys: the first memory figure, throughput, MFU
+TEXT_KEYS = {
+    'memory/max_allocated': 'memory/max',
+    'memory/max_rss': 'memory/max',
+    'throughput/samples_per_s': 'samples_per_s',
+    'throughput/mfu': 'mfu',
+}
+
+
+@HOOKS.register_module()
+class ThroughputHook(Hook):
+    """Peak memory, throughput, FLOP/s and MFU of training, over all ranks.
+
+    Published on StatsCollectorHook's schedule (``PublicationSchedule``:
+    where LoggerHook writes a training line, every ``interval`` inner
+    iterations, at every epoch end, after the last iteration of an
+    iteration-based run), each publication covering exactly the
+    training iterations since the previous one, in ONE small collective
+    (an all_gather of a few float64 per rank on a gloo group: no device
+    sync); nothing else runs per iteration but host counters. To the
+    visualizers (``scalars.json``):
+
+    - ``memory/max_allocated``, ``memory/max_reserved`` (CUDA: the peaks of
+      the interval, MiB, max over ranks) or ``memory/max_rss`` (elsewhere:
+      the process's peak resident memory *since it started*, MiB, max over
+      ranks), each with ``<key>_rank``, the rank holding it;
+    - ``throughput/iters``, ``throughput/time`` (the interval's wall time,
+      max over ranks; validation loops and the time between epochs are not
+      in it), ``throughput/iters_per_s``;
+    - ``throughput/samples`` (the rows of the data batches all ranks saw:
+      an uneven last batch counts as it is) and ``throughput/samples_per_s``;
+    - ``throughput/flops`` (the interval's FLOPs, all ranks: the FLOPs of
+      one iteration counted once per rank on its second batch with
+      ``torch.utils.flop_counter``, times its samples over the counted
+      batch's), ``throughput/flops_per_s`` and ``throughput/mfu`` (FLOP/s
+      over the ranks' summed peak; absent, not zero, where a peak is not
+      known: said once in the log).
+
+    The text line shows ``memory/max``, ``samples_per_s`` and ``mfu``.
+    A figure that cannot be had on some rank (a batch whose size cannot be
+    found, see :func:`mmstats.throughput.batch_rows`) is absent everywhere,
+    with one warning. Validation and test loops publish nothing.
+
+    Args:
+        interval (int, optional): Publish every ``interval`` inner
+            iterations (besides LoggerHook's lines). None: the LoggerHook's
+            interval. Defaults to None.
+        count_flops (bool): Count the FLOPs of the second training
+            iteration of the run (after torch.compile compiled the first;
+            it runs slower, under torch's counter) and publish FLOP/s and
+            MFU (none for a run of one iteration). Defaults to True.
+        peak_flops (float, optional): The peak FLOP/s of one device,
+            for MFU; None: from :data:`mmstats.flops.PEAK_FLOPS` by device
+            name and the number formats the counted ops ran in. Defaults to
+            None.
+
+    Example:
+        >>> # in a config: custom_hooks = [dict(type='mmstats.ThroughputHook')]
+        >>> from mmstats.hooks import ThroughputHook
+        >>> hook = ThroughputHook(peak_flops=989e12)
+        >>> hook.schedule is None  # nothing happens before the run starts
+        True
+    """
+
+    priority = 'NORMAL'  # before LoggerHook, which resets CUDA peaks
+
+    def __init__(self,
+                 interval: Optional[int] = None,
+                 count_flops: bool = True,
+                 peak_flops: Optional[float] = None) -> None:
+        check_positive_int(
+            OWNER,
+            'interval',
+            interval,
+            example=10,
+            none_ok=True,
+            meaning='None: the LoggerHook interval')
+        check_bool(OWNER, 'count_flops', count_flops)
+        _check_peak(peak_flops)
+        self.interval = interval
+        self.count_flops = count_flops
+        self.peak_flops = None if peak_flops is None else float(peak_flops)
+        self.schedule: Optional[PublicationSchedule] = None
+        self._start_run()
+
+    def _start_run(self) -> None:
+        self._memory: Optional[MemoryReader] = None
+        self._device_name = 'cpu'
+        self._flops = IterationFlops()
+        self._counted_rows: Optional[int] = None
+        self._folded: Dict[str, float] = {}  # peaks read before validation
+        self._run_iters = 0  # training iterations of this run
+        self._training = False
+        self._stamp: Optional[float] = None  # the clock runs since
+        self._paused_in_epoch = False  # by a validation loop
+        self._last: Dict[str, float] = {}  # what the hub got from us
+        self._text_keys: set = set()
+        self._warned: set = set()
+        self._new_interval()
+
+    def _new_interval(self) -> None:
+        self._elapsed = 0.0
+        self._iters = 0
+        self._samples = 0
+        self._unknown: Optional[str] = None  # a batch type without rows
+
+    # -- the run -----------------------------------------------------------
+    def before_run(self, runner: Runner) -> None:
+        """Refuse an unchecked strategy; build the schedule and the memory
+        reader of the model's device (every rank: the gloo group of the
+        collective is created here)."""
+        refuse_unchecked_strategy(runner, OWNER)
+        self._flops.stop()  # a previous run that failed while counting
+        self._start_run()
+        self.schedule = PublicationSchedule(runner, self.interval)
+        device = _model_device(runner.model)
+        self._memory = MemoryReader(device)
+        if device.type == 'cuda':
+            self._device_name = torch.cuda.get_device_name(device)
+        else:
+            self._device_name = device.type
+        host_group()  # the collective's gloo group: every rank, now
+
+    def before_train(self, runner: Runner) -> None:
+        """Training has started (validation loops now pause the clock)."""
+        self._training = True
+
+    def after_train(self, runner: Runner) -> None:
+        """Publish the iterations a run ended without publishing (all ranks
+        ran the same iterations)."""
+        self._flops.stop()
+        self._training = False
+        if self._iters:
+            self._publish(runner, False, runner.iter)
+
+    def before_train_epoch(self, runner: Runner) -> None:
+        """Start the clock."""
+        self._stamp = perf_counter()
+
+    def after_train_epoch(self, runner: Runner) -> None:
+        """Stop the clock until the next epoch begins."""
+        self._pause()
+
+    def before_train_iter(self,
+                          runner: Runner,
+                          batch_idx: int,
+                          data_batch: DATA_BATCH = None) -> None:
+        """Count the FLOPs of the run's second iteration (see
+        ``COUNTED_ITERATION``)."""
+        if (self.count_flops and self._flops.total is None
+                and self._run_iters == COUNTED_ITERATION - 1):
+            self._counted_rows = batch_rows(data_batch)
+            self._flops.start()
+
+    def after_train_iter(self,
+                         runner: Runner,
+                         batch_idx: int,
+                         data_batch: DATA_BATCH = None,
+                         outputs: Optional[dict] = None) -> None:
+        """Count the batch's samples (host only); publish where the schedule
+        says."""
+        if self._flops.counting:
+            self._flops.stop()
+            self._log_count(runner)
+        rows = batch_rows(data_batch)
+        if rows is None:
+            self._unknown = type(data_batch).__qualname__
+        else:
+            self._samples += rows
+        self._iters += 1
+        self._run_iters += 1
+        if self.schedule.publishes_after(runner, batch_idx):
+            self._publish(runner, self.schedule.logs_after(runner, batch_idx),
+                          runner.iter + 1)
+
+    # -- validation inside training: not in the training figures -----------
+    def before_val(self, runner: Runner) -> None:
+        """Pause the clock; keep the training peaks so far."""
+        if not self._training:
+            return
+        self._pause()
+        for name, value in self._memory.read().items():
+            if value is not None:
+                self._folded[name] = max(value, self._folded.get(name, 0.0))
+
+    def after_val(self, runner: Runner) -> None:
+        """New peaks without validation's; the clock runs again (inside an
+        epoch)."""
+        if not self._training:
+            return
+        self._memory.reset()
+        if self._paused_in_epoch:
+            self._stamp = perf_counter()
+
+    def _pause(self) -> None:
+        self._paused_in_epoch = self._stamp is not None
+        if self._stamp is not None:
+            self._elapsed += perf_counter() - self._stamp
+            self._stamp = None
+
+    # -- publishing ----------------------------------------------------------
+    def _interval_flops(self) -> Optional[float]:
+        """This rank's FLOPs of the interval: per sample where the counted
+        batch's and every batch's rows are known, else per iteration."""
+        total = self._flops.total
+        if total is None:
+            return None
+        if self._counted_rows and self._unknown is None:
+            return total * (self._samples / self._counted_rows)
+        return float(total * self._iters)
+
+    def _peak(self) -> Optional[float]:
+        if self.peak_flops is not None:
+            return self.peak_flops
+        return self._flops.peak(self._device_name)
+
+    def _publish(self, runner: Runner, logged: bool, step: int) -> None:
+        """Reduce the interval over all ranks (one collective) and write
+        it: every figure to the visualizers, the short ones to the message
+        hub for LoggerHook's line (if ``logged``)."""
+        if self._stamp is not None:
+            now = perf_counter()
+            self._elapsed += now - self._stamp
+            self._stamp = now
+        memory = self._memory.read()  # before LoggerHook resets the peaks
+        for name, value in self._folded.items():
+            if memory[name] is not None:
+                memory[name] = max(memory[name], value)
+        maxima = {f'memory/{name}': v for name, v in memory.items()}
+        maxima['throughput/time'] = self._elapsed
+        sums = {
+            'throughput/samples':
+            None if self._unknown else float(self._samples),
+            'throughput/flops': self._interval_flops(),
+            'peak': self._peak() if self.count_flops else 0.0,
+        }
+        maxima, sums = reduce_interval(maxima, sums)
+        missing = [k for k, held in maxima.items() if held is None]
+        if missing:
+            self._warn_once(
+                'memory', f'{OWNER}: {", ".join(missing)} cannot be read on '
+                'some rank (no resource module: Windows?), so it is not '
+                'published')
+        self._memory.reset()
+        self._folded = {}
+        unknown, iters = self._unknown, self._iters
+        self._new_interval()
+
+        scalars: Dict[str, float] = {}
+        for key, held in maxima.items():
+            if held is not None and key.startswith('memory/'):
+                scalars[key], scalars[f'{key}_rank'] = held[0], held[1]
+        seconds = maxima['throughput/time'][0]
+        scalars['throughput/iters'] = iters
+        scalars['throughput/time'] = seconds
+        per_s = 1.0 / seconds if seconds > 0 else None
+        if per_s is not None:
+            scalars['throughput/iters_per_s'] = iters * per_s
+        samples, flops = sums['throughput/samples'], sums['throughput/flops']
+        if samples is None:
+            self._warn_once(
+                'samples', f'{OWNER}: the number of samples of a training '
+                f'batch could not be found on some rank (this rank: '
+                f'{unknown or "none"}), so samples_per_s is not published; '
+                'make the batch a dict with "inputs" (a tensor or a list '
+                'per sample), or a tuple whose first field is one (see '
+                'mmstats.throughput.batch_rows)')
+        else:
+            scalars['throughput/samples'] = samples
+            if per_s is not None:
+                scalars['throughput/samples_per_s'] = samples * per_s
+        if flops is not None:
+            scalars['throughput/flops'] = flops
+            if per_s is not None:
+                scalars['throughput/flops_per_s'] = flops * per_s
+                if sums['peak']:
+                    scalars['throughput/mfu'] = flops * per_s / sums['peak']
+                else:
+                    self._warn_once(
+                        'peak', f'{OWNER}: mfu is not published: the peak '
+                        f'FLOP/s of {self._device_name!r} for the number '
+                        f'formats it ran ({sorted(self._flops.by_kind)}) is '
+                        'not known on some rank; pass peak_flops=<FLOP/s of '
+                        'one device>')
+        runner.visualizer.add_scalars(scalars, step=step)
+        if logged:
+            self._to_message_hub(
+                runner, {
+                    TEXT_KEYS[key]: value
+                    for key, value in scalars.items() if key in TEXT_KEYS
+                })
+
+    def _to_message_hub(self, runner: Runner, text: Dict[str, float]) -> None:
+        """The text line's keys, latest value only; a key without a value
+        now leaves the hub (no stale number on the line)."""
+        hub = runner.message_hub
+        processor = getattr(runner, 'log_processor', None)
+        keys = {f'train/{key}' for key in text}
+        for stale in self._text_keys - keys:
+            hub.log_scalars.pop(stale, None)
+        for key, value in text.items():
+            full = f'train/{key}'
+            buffer = hub.log_scalars.get(full)
+            if buffer is not None and (full not in self._text_keys
+                                       or buffer.current()
+                                       != self._last.get(full)):
+                self._warn_once(
+                    full, f'{OWNER}: another hook writes {full!r} too (a '
+                    f'reported name {key.split("/")[0]!r}?): the text line '
+                    'may show either; rename the reported name')
+            _hub_latest(hub, full, value)
+            if isinstance(processor, LogProcessor):
+                _log_current_value(processor, full)
+        self._last = {f'train/{key}': value for key, value in text.items()}
+        self._text_keys = keys
+
+    def _log_count(self, runner: Runner) -> None:
+        rows = self._counted_rows
+        per = f'a batch of {rows} samples' if rows else 'a batch'
+        kinds = ', '.join(
+            f'{kind} {flops / 1e9:.4g}'
+            for kind, flops in sorted(self._flops.by_kind.items()))
+        print_log(
+            f'{OWNER}: training iteration {runner.iter + 1} ({per}, this '
+            f'rank) ran {self._flops.total / 1e9:.4g} GFLOP (matmuls, '
+            f'convolutions and attention, forward and backward, counted by '
+            f'torch.utils.flop_counter; GFLOP by format: {kinds or "none"})',
+            'current')
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            print_log(message, 'current', level=30)
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    """The device the model trains on: its first parameter's, the
+    wrapper's first (FSDP1 keeps its flat parameters there and none in the
+    module inside), else the user's module's; CPU without parameters."""
+    for module in (model, unwrap_model(model)):
+        param = next(module.parameters(), None)
+        if param is not None:
+            return param.device
+    return torch.device('cpu')
+
+
+def _check_peak(peak_flops: object) -> None:
+    if peak_flops is None:
+        return
+    what = ('None or the peak FLOP/s of one device, a positive number '
+            '(e.g. peak_flops=989e12)')
+    if not isinstance(peak_flops, numbers.Real) or isinstance(
+            peak_flops, bool):
+        raise TypeError(f'{OWNER}: peak_flops must be {what}, got '
+                        f'{peak_flops!r} of type {type(peak_flops).__name__}')
+    if not peak_flops > 0 or peak_flops == float('inf'):
+        raise ValueError(f'{OWNER}: peak_flops must be {what}, got '
+                         f'{peak_flops!r}')

@@ -1,0 +1,125 @@
+"""ThroughputHook under FlexibleRunner on 2 gloo processes: DDPStrategy,
+FSDPStrategy (FSDP1, flat and original parameters), FSDP2
+(``mmstats.FullyShard``) and DeepSpeed ZeRO-2/3 publish the full model's
+FLOPs (the compute runs on gathered parameters: never a shard's count) and
+the samples of both ranks; under ``compile=True`` the FLOPs are counted and
+training stays compiled."""
+import pytest
+from mmengine.runner import Runner
+
+from tests.helpers.dist import run_distributed
+from tests.helpers.runner import read_scalars, toy_cfg
+from tests.test_hooks.test_throughput_hook import toy_flops_per_sample
+
+STRATEGIES = {
+    'ddp':
+    dict(
+        type='DDPStrategy',
+        model_wrapper=dict(type='MMDistributedDataParallel', device_ids=None)),
+    'fsdp':
+    dict(
+        type='FSDPStrategy',
+        model_wrapper=dict(
+            type='MMFullyShardedDataParallel',
+            device_id='cpu',
+            use_orig_params=True)),
+    'fsdp_flat':
+    dict(
+        type='FSDPStrategy',
+        model_wrapper=dict(
+            type='MMFullyShardedDataParallel',
+            device_id='cpu',
+            use_orig_params=False)),
+    'fsdp2':
+    dict(
+        type='DDPStrategy',
+        model_wrapper=dict(
+            type='mmstats.FullyShard',
+            blocks=r'backbone\.(stem|layer1)|head')),
+}
+
+
+def _deepspeed(stage: int, cfg) -> None:
+    """DeepSpeedStrategy on CPU, as tests/test_sharded.py sets it up."""
+    import os
+
+    import deepspeed
+    from mmengine.registry import OPTIMIZERS
+    os.environ['DS_ACCELERATOR'] = 'cpu'
+    deepspeed.init_distributed(dist_backend='gloo')  # the group exists
+    for name in ('DeepSpeedCPUAdam', 'FusedAdam', 'FusedLamb', 'OnebitAdam',
+                 'OnebitLamb', 'ZeroOneAdam'):  # registered on every build
+        OPTIMIZERS.module_dict.pop(name, None)
+    cfg.strategy = dict(
+        type='DeepSpeedStrategy',
+        zero_optimization=dict(
+            stage=stage, stage3_param_persistence_threshold=0),
+        train_micro_batch_size_per_gpu=8,
+        gradient_accumulation_steps=1)
+    cfg.optim_wrapper = dict(
+        type='DeepSpeedOptimWrapper',
+        optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.0))
+
+
+def _train(rank, world_size, work_dir, strategy):
+    from mmengine.runner import FlexibleRunner
+
+    # an infinite sampler: batches of 8 on each rank
+    cfg = toy_cfg(
+        f'{work_dir}/r{rank}',
+        by_epoch=False,
+        num_samples=40,
+        batch_size=8,
+        max_iters=6,
+        log_interval=3)
+    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    cfg.train_cfg.pop('val_interval', None)
+    cfg.default_hooks.pop('checkpoint')
+    cfg.launcher = 'pytorch'
+    if strategy.startswith('zero'):
+        _deepspeed(int(strategy[-1]), cfg)
+    else:
+        cfg.strategy = STRATEGIES[strategy]
+    cfg.custom_hooks = [dict(type='mmstats.ThroughputHook')]
+    runner = FlexibleRunner.from_cfg(cfg)
+    runner.train()
+    return read_scalars(runner, missing_ok=True)
+
+
+@pytest.mark.parametrize('strategy', list(STRATEGIES) + ['zero2', 'zero3'])
+def test_full_model_flops_and_all_samples(tmp_path, strategy):
+    if strategy.startswith('zero'):
+        pytest.importorskip('deepspeed')
+    results = run_distributed(_train, 2, str(tmp_path), strategy, timeout=240)
+    scalars = results[0]
+    # 2 ranks x 3 iterations x 8 samples per interval
+    for step in (3, 6):
+        record = scalars[step]
+        assert record['throughput/samples'] == 2 * 3 * 8
+        assert record['throughput/flops'] == 2 * 3 * 8 * (
+            toy_flops_per_sample())
+        assert record['throughput/iters'] == 3
+
+
+def test_compiled_training_stays_compiled(tmp_path, clean_mmengine):
+    """Dynamo compiles ``train_step`` at the first iteration; the count at
+    the second sees the eager ops once; the run stays compiled (no frame
+    skipped for the counter's dispatch mode)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    cfg = toy_cfg(tmp_path, by_epoch=False, max_iters=4, log_interval=2)
+    cfg.compile = dict(backend='eager')
+    cfg.custom_hooks = [dict(type='mmstats.ThroughputHook')]
+    runner = Runner.from_cfg(cfg)
+    try:
+        runner.train()
+        graphs = counters['stats']['unique_graphs']
+    finally:
+        torch._dynamo.reset()
+    assert graphs >= 1
+    scalars = read_scalars(runner)
+    for step in (2, 4):
+        assert scalars[step]['throughput/flops'] == 2 * 16 * (
+            toy_flops_per_sample())
