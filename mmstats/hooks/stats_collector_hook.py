@@ -28,6 +28,7 @@ from mmstats.utils.args import (check_bool, check_choice, check_names,
                                 scope_inline_flags)
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
+from .text_line import hub_latest, log_current_value
 
 __all__ = ['StatsCollectorHook']
 
@@ -523,12 +524,12 @@ class StatsCollectorHook(Hook):
             hub.log_scalars.pop(stale, None)
         self._text_keys[mode] = keys
         for key, value in scalars.items():
-            _hub_latest(hub, f'{mode}/{key}', value)
+            hub_latest(hub, f'{mode}/{key}', value)
             if key in self._seen_keys:
                 continue
             self._seen_keys.add(key)
             if isinstance(processor, LogProcessor):
-                _log_current_value(processor, key)
+                log_current_value(processor, key)
 
     def _log_line(self, runner: Runner, head: str, text: dict) -> None:
         """A line of the hook's own where LoggerHook writes none
@@ -678,30 +679,6 @@ def _hub_scalar(hub: MessageHub, key: str, value: float) -> None:
                                              max_length=HUB_HISTORY)
     else:
         buffer.update(value)
-
-
-def _hub_latest(hub: MessageHub, key: str, value: float) -> None:
-    """Hold the latest ``value`` of ``key`` in the message hub, written in
-    place (no copy; LoggerHook's line shows the current value, see
-    :func:`_log_current_value`); nothing goes into checkpoints."""
-    buffer = hub.log_scalars.get(key)
-    if buffer is None or buffer.max_length != 1:
-        hub.log_scalars[key] = HistoryBuffer([float(value)], [1], max_length=1)
-    else:
-        buffer.data[0][0] = value
-
-
-def _log_current_value(processor: LogProcessor, key: str) -> None:
-    """Make ``processor`` log the current value of ``key``.
-
-    LogProcessor averages keys matching its ``mean_pattern`` (``loss``,
-    ``time``, ...) over ``window_size`` past values, which would make a
-    line show a mean of past maxima; a ``custom_cfg`` entry of the user's
-    for ``key`` wins.
-    """
-    if re.search(processor.mean_pattern, key) and not any(
-            cfg.get('data_src') == key for cfg in processor.custom_cfg):
-        processor.custom_cfg.append(dict(data_src=key, method_name='current'))
 
 
 def _report_iteration_times(runner: Runner) -> float:

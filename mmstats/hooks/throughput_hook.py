@@ -19,8 +19,8 @@ from mmstats.sharding import unwrap_model
 from mmstats.throughput import batch_rows, reduce_interval
 from mmstats.utils.args import check_bool, check_positive_int
 from .schedule import PublicationSchedule
-from .stats_collector_hook import _hub_latest, _log_current_value
 from .strategies import refuse_unchecked_strategy
+from .text_line import hub_latest, log_current_value
 
 __all__ = ['ThroughputHook']
 
@@ -341,9 +341,9 @@ class ThroughputHook(Hook):
                     full, f'{OWNER}: another hook writes {full!r} too (a '
                     f'reported name {key.split("/")[0]!r}?): the text line '
                     'may show either; rename the reported name')
-            _hub_latest(hub, full, value)
+            hub_latest(hub, full, value)
             if isinstance(processor, LogProcessor):
-                _log_current_value(processor, full)
+                log_current_value(processor, full)
         self._last = {f'train/{key}': value for key, value in text.items()}
         self._text_keys = keys
 
