@@ -294,7 +294,7 @@ def reduce_in_graph(x: torch.Tensor) -> torch.Tensor:
                        torch.nan_to_num(value, -_INF, -_INF, -_INF),
                        1 - finite)
     head = flat[:(numel + 255) // 256].to(_F64)
-    head_finite = torch.isfinite(head)
+    head_finite = (head - head) == 0  # isfinite: 2 vector ops, not 6
     shift = torch.where(head_finite, head,
                         0.).sum() / head_finite.sum(dtype=_F64).clamp(min=1)
     if numel > 4 * IN_GRAPH_CHUNK:  # NaN padding: counted nowhere
@@ -302,9 +302,9 @@ def reduce_in_graph(x: torch.Tensor) -> torch.Tensor:
             flat, (0, -numel % IN_GRAPH_CHUNK), value=math.nan)
     chunks = flat.view(-1,
                        IN_GRAPH_CHUNK if numel > 4 * IN_GRAPH_CHUNK else numel)
-    finite = torch.isfinite(chunks)
+    finite = (chunks - chunks) == 0  # NaN for NaN and inf
     dev = torch.where(finite, chunks.to(_F64) - shift, 0.)
-    n = finite.sum(1, dtype=_F64).sum()
+    n = finite.sum(1, dtype=torch.int32).sum(dtype=_F64)  # ints: no casts
     dev_sum = dev.sum(1).sum()
     m2 = (dev * dev).sum(1).sum() - dev_sum * dev_sum / n.clamp(min=1)
     # extremes in the values' own dtype: exact, twice the vector lanes
