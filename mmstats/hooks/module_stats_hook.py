@@ -47,6 +47,7 @@ in ``before_train`` and run eagerly even inside a compiled ``train_step``
 nothing of them).
 """
 import itertools
+import math
 import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -61,21 +62,26 @@ from torch import Tensor, nn
 from torch.fx.node import has_side_effect
 
 from mmstats.registry import HOOKS
-from mmstats.sharding import ParamLayout, ParamPart, sum_squares, unwrap_model
+from mmstats.sharding import (ParamLayout, ParamPart, segment_sum, sum_squares,
+                              unwrap_model)
 from mmstats.stats import report
-from mmstats.utils.args import check_names, check_str, compile_regex
+from mmstats.utils.args import (check_bool, check_names, check_str,
+                                compile_regex)
 from .schedule import PublicationSchedule, find_hook
 from .stats_collector_hook import StatsCollectorHook
 from .strategies import refuse_unchecked_strategy
 
 __all__ = [
     'ModuleStatsHook', 'MODULE_STATS', 'ActivationProbes', 'StepProbe',
-    'in_backward', 'floating_tensors'
+    'in_backward', 'floating_tensors', 'FIRST_MOMENTS', 'SECOND_MOMENTS'
 ]
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 OWNER = 'ModuleStatsHook'
 MODULE_STATS = ('act', 'grad_norm', 'weight_norm', 'update_ratio')
+#: optimizer states read with ``optimizer_state=True``
+FIRST_MOMENTS = ('exp_avg', 'momentum_buffer')  # norm, cosine with the grad
+SECOND_MOMENTS = ('exp_avg_sq', )  # sqrt of the sum: ||sqrt(v)||
 
 
 @HOOKS.register_module()
@@ -106,7 +112,16 @@ class ModuleStatsHook(Hook):
       many optimizer steps the GradScaler skipped (non-finite gradients)
       since the previous publication;
     - ``<prefix>/instrument_ms``: the host time spent by the
-      instrumentation on that iteration.
+      instrumentation on that iteration;
+    - with ``optimizer_state=True``, right after the optimizer step, over
+      the module's parameters that had a gradient and keep the state:
+      ``<prefix>/<name>/exp_avg_norm`` (``||m||``) and
+      ``<prefix>/<name>/exp_avg_cos`` (``cos(grad, m)``) of Adam-like
+      optimizers, ``<prefix>/<name>/exp_avg_sq_sqrt_norm``
+      (``||sqrt(v)|| = sqrt(sum(v))``), and for SGD with momentum
+      ``<prefix>/<name>/momentum_buffer_norm`` and
+      ``<prefix>/<name>/momentum_buffer_cos``. A state the optimizer does
+      not keep gives no name (``docs/optimizer_state.md``).
 
     Forward hooks and optimizer step hooks (one pair per optimizer, so an
     ``OptimWrapperDict`` works too) are registered once in ``before_train``,
@@ -128,6 +143,9 @@ class ModuleStatsHook(Hook):
             (activations cost the most: one reduction of every output
             element). Defaults to all of them.
         prefix (str): Prefix of the reported names. Defaults to 'modules'.
+        optimizer_state (bool): Also report the norms of the optimizer's
+            first and second moments and the cosine between gradient and
+            first moment, read after the step. Defaults to False.
 
     Example:
         >>> custom_hooks = [
@@ -146,7 +164,8 @@ class ModuleStatsHook(Hook):
     def __init__(self,
                  modules: str,
                  stats: Sequence[str] = MODULE_STATS,
-                 prefix: str = 'modules') -> None:
+                 prefix: str = 'modules',
+                 optimizer_state: bool = False) -> None:
         check_str(OWNER, 'modules', modules, r'backbone\.layer\d')
         self.pattern = compile_regex(
             OWNER,
@@ -159,6 +178,8 @@ class ModuleStatsHook(Hook):
             f'a non-empty list of {MODULE_STATS}, e.g. '
             'stats=("act", "grad_norm")')
         check_str(OWNER, 'prefix', prefix, 'modules')
+        self.optimizer_state = check_bool(OWNER, 'optimizer_state',
+                                          optimizer_state)
         self.modules = modules
         self.prefix = prefix
         # built in before_train
@@ -243,7 +264,8 @@ class ModuleStatsHook(Hook):
                     wrapper, self.stats):
                 continue
             self._steps.append(
-                StepProbe(wrapper, parts, total + 1, self.stats, self._device))
+                StepProbe(wrapper, parts, total + 1, self.stats, self._device,
+                          self.optimizer_state))
             self._totals.append(f'{self.prefix}/total_grad_norm' +
                                 (f'.{key}' if key else ''))
         for probe in self._steps:
@@ -257,9 +279,20 @@ class ModuleStatsHook(Hook):
                     'current',
                     level=30)
                 probe.stats, probe.amp = [], False
+        for probe in self._steps:
+            if probe.optimizer_state and (probe.engine is not None
+                                          or any(part.state is None
+                                                 for _, part in probe.parts)):
+                print_log(
+                    'ModuleStatsHook: DeepSpeed keeps the optimizer state in '
+                    'its own partitions: no optimizer_state statistics for '
+                    f'{type(probe.optim_wrapper.optimizer).__name__}',
+                    'current',
+                    level=30)
+                probe.optimizer_state = False
         for index in reversed(range(len(self._steps))):
             probe = self._steps[index]
-            if not (probe.stats or probe.amp):
+            if not (probe.stats or probe.amp or probe.optimizer_state):
                 probe.remove()  # nothing to take at its steps
                 del self._steps[index], self._totals[index]
 
@@ -344,6 +377,11 @@ class ModuleStatsHook(Hook):
         in one collective when the model is sharded."""
         taken = [probe.take() for probe in self._steps]
         rows = [squares.flatten() for squares, _ in taken]
+        moments = [
+            probe.take_moments() for probe in self._steps
+            if probe.optimizer_state
+        ]
+        rows += [sums.flatten() for sums in moments]
         if 'weight_norm' in self.stats and self._weights:
             rows.append(
                 sum_squares([part.weight() for _, part in self._weights],
@@ -354,9 +392,14 @@ class ModuleStatsHook(Hook):
         payload = torch.cat(rows)
         if self._layout.sharded:
             all_reduce(payload, op='sum')  # every rank, same shape
-        norms = payload.sqrt_()
         names = list(self.targets)
         size = 3 * (len(names) + 1)
+        if moments:
+            start = len(taken) * size
+            stop = start + len(moments) * len(MOMENT_ROWS) * (len(names) + 1)
+            self._report_moments(payload[start:stop].tolist(), len(moments))
+            payload = torch.cat([payload[:start], payload[stop:]])
+        norms = payload.sqrt_()
         for index, (_, present) in enumerate(taken):
             squares = norms[index * size:(index + 1) * size].view(3, -1)
             for segment in present:
@@ -378,6 +421,37 @@ class ModuleStatsHook(Hook):
                  for s in segments}):
                 report(f'{self.prefix}/{names[segment]}/weight_norm',
                        weights[segment])
+
+    def _report_moments(self, sums: List[float], num_probes: int) -> None:
+        """Report the optimizer-state norms and cosines from the (reduced)
+        sums of :meth:`StepProbe.take_moments`, read to the host at the
+        publication: a name is reported where some rank's parameters keep
+        that state, a cosine where neither vector is zero."""
+        names = list(self.targets)
+        width = len(names) + 1
+        for probe in range(num_probes):
+            block = sums[probe * len(MOMENT_ROWS) * width:]
+
+            def row(name: str, segment: int) -> float:
+                return block[MOMENT_ROWS.index(name) * width + segment]
+
+            for segment, module in enumerate(names):
+                key = f'{self.prefix}/{module}'
+                for state in FIRST_MOMENTS:
+                    if row(f'{state}:count', segment) == 0:
+                        continue
+                    squares = row(f'{state}:squares', segment)
+                    report(f'{key}/{state}_norm', math.sqrt(squares))
+                    grads = row(f'{state}:grad_squares', segment)
+                    if squares > 0 and grads > 0:
+                        report(
+                            f'{key}/{state}_cos',
+                            row(f'{state}:dot', segment) /
+                            math.sqrt(squares * grads))
+                for state in SECOND_MOMENTS:
+                    if row(f'{state}:count', segment) > 0:
+                        report(f'{key}/{state}_sqrt_norm',
+                               math.sqrt(row(f'{state}:sum', segment)))
 
 
 def _deepspeed(wrapper: Any, stats: Sequence[str]) -> bool:
@@ -538,6 +612,13 @@ class ActivationProbes:
 # -- step probes --------------------------------------------------------
 # rows of StepProbe.squares
 GRAD, UPDATE, BEFORE = 0, 1, 2
+# rows of StepProbe.moments: per first moment m, the sums of m**2, of
+# grad * m, of grad**2 and the number of parameter parts keeping m; per
+# second moment v, the sum of v and that number
+MOMENT_ROWS = tuple(f'{state}:{row}' for state in FIRST_MOMENTS
+                    for row in ('squares', 'dot', 'grad_squares', 'count')) + \
+    tuple(f'{state}:{row}' for state in SECOND_MOMENTS
+          for row in ('sum', 'count'))
 
 
 class StepProbe:
@@ -554,6 +635,9 @@ class StepProbe:
         stats (Sequence[str]): Which of ``grad_norm`` and ``update_ratio``
             to take.
         device (torch.device): Where the sums live.
+        optimizer_state (bool): Whether to take the sums of the optimizer's
+            moments (``MOMENT_ROWS``) after an armed step. Defaults to
+            False.
 
     Example:
         >>> import torch
@@ -575,11 +659,15 @@ class StepProbe:
         >>> probe.remove()
     """
 
-    def __init__(self, optim_wrapper: OptimWrapper,
-                 parts: List[Tuple[Tuple[int, ...],
-                                   ParamPart]], num_segments: int,
-                 stats: Sequence[str], device: torch.device) -> None:
+    def __init__(self,
+                 optim_wrapper: OptimWrapper,
+                 parts: List[Tuple[Tuple[int, ...], ParamPart]],
+                 num_segments: int,
+                 stats: Sequence[str],
+                 device: torch.device,
+                 optimizer_state: bool = False) -> None:
         self.optim_wrapper = optim_wrapper
+        self.optimizer_state = optimizer_state
         optimizer = optim_wrapper.optimizer
         #: the DeepSpeed engine (its optimizer owns every parameter)
         self.engine = getattr(optim_wrapper, '_model', None)
@@ -605,6 +693,9 @@ class StepProbe:
         self.squares: Optional[Tensor] = None
         #: the segments that had a gradient at that step
         self.present: List[int] = []
+        #: (len(MOMENT_ROWS), num_segments) float64 sums of the optimizer's
+        #: moments after the last armed step that happened, or None
+        self.moments: Optional[Tensor] = None
         self._count_before = 0
         self._before: Optional[tuple] = None
         self._clipped: Optional[tuple] = None
@@ -626,7 +717,8 @@ class StepProbe:
     # -- per iteration (called by the hook, outside compiled code) --------
     def begin_iteration(self, armed: bool) -> None:
         """Arm (or not) the statistics of this iteration's steps."""
-        self.armed = armed and bool(self.stats) and bool(self.parts)
+        self.armed = armed and bool(
+            self.stats or self.optimizer_state) and bool(self.parts)
         self.calls = 0
         self._count_before = getattr(self.optim_wrapper, '_inner_count', 0)
 
@@ -652,6 +744,18 @@ class StepProbe:
             squares = torch.zeros(
                 3, self.num_segments, dtype=torch.float64, device=self.device)
         return squares, present
+
+    def take_moments(self) -> Tensor:
+        """The sums of the optimizer's moments after the last armed step
+        (zeros if none happened on this rank); forget them."""
+        moments, self.moments = self.moments, None
+        if moments is None:
+            moments = torch.zeros(
+                len(MOMENT_ROWS),
+                self.num_segments,
+                dtype=torch.float64,
+                device=self.device)
+        return moments
 
     def remove(self) -> None:
         """Remove the step hooks (and the clipping probe)."""
@@ -702,7 +806,7 @@ class StepProbe:
 
     def _pre_step(self, optimizer, args, kwargs) -> None:
         self.calls += 1
-        if not self.armed:
+        if not (self.armed and self.stats):
             return
         start = time.perf_counter()
         grads, found = (
@@ -723,9 +827,66 @@ class StepProbe:
         self.cost += time.perf_counter() - start
 
     def _post_step(self, optimizer, args, kwargs) -> None:
-        if self._before is None or self.squares is None:
+        if not self.armed:
             return
         start = time.perf_counter()
+        if self.optimizer_state:
+            self.moments = self._moment_sums()
+        if self._before is not None and self.squares is not None:
+            self._update_sums()
+        self.cost += time.perf_counter() - start
+
+    def _moment_sums(self) -> Tensor:
+        """Per segment, the ``MOMENT_ROWS`` sums over the local parts of
+        the parameters that have a gradient and keep the state, read from
+        ``optimizer.state`` after the step."""
+        states = self.optim_wrapper.optimizer.state
+        found: Dict[str, list] = {
+            s: []
+            for s in FIRST_MOMENTS + SECOND_MOMENTS
+        }
+        for segments, part in self.parts:
+            entry = states.get(part.optim_key)
+            grad = part.grad() if entry else None
+            if grad is None:
+                continue
+            for name, lists in found.items():
+                value = entry.get(name)
+                if isinstance(value, Tensor):
+                    lists.append((segments, part.state(value),
+                                  grad.detach().reshape(-1)))
+        out = torch.zeros(
+            len(MOMENT_ROWS),
+            self.num_segments,
+            dtype=torch.float64,
+            device=self.device)
+        for name, lists in found.items():
+            if not lists:
+                continue
+            segments = [s for s, _, _ in lists]
+            values = [v for _, v, _ in lists]
+            row = MOMENT_ROWS.index(f'{name}:count')
+            out[row] = segment_sum(
+                torch.ones(len(lists), device=self.device), segments,
+                self.num_segments)
+            if name in SECOND_MOMENTS:  # v >= 0: its L1 norm is its sum
+                out[MOMENT_ROWS.index(f'{name}:sum')] = segment_sum(
+                    torch.stack(
+                        torch._foreach_norm(values, 1, dtype=torch.float64)),
+                    segments, self.num_segments)
+                continue
+            grads = [g for _, _, g in lists]
+            out[MOMENT_ROWS.index(f'{name}:squares')] = sum_squares(
+                values, segments, self.num_segments, self.device)
+            out[MOMENT_ROWS.index(f'{name}:dot')] = segment_sum(
+                torch.stack([(g * v).sum(dtype=torch.float64)
+                             for g, v in zip(grads, values)]), segments,
+                self.num_segments)
+            out[MOMENT_ROWS.index(f'{name}:grad_squares')] = sum_squares(
+                grads, segments, self.num_segments, self.device)
+        return out
+
+    def _update_sums(self) -> None:
         (parts, before), self._before = self._before, None
         after = [part.weight() for _, part in parts]
         segments = [segments for segments, _ in parts]
@@ -734,7 +895,6 @@ class StepProbe:
             self.device)
         self.squares[BEFORE] = sum_squares(before, segments, self.num_segments,
                                            self.device)
-        self.cost += time.perf_counter() - start
 
 
 def floating_tensors(output: Any) -> List[torch.Tensor]:
