@@ -85,8 +85,9 @@ def reference(rows):
             continue
         squares = sum((m**2).sum() for _, m in pairs)
         out[f'{state}_norm'] = np.sqrt(squares)
-        out[f'{state}_cos'] = sum((g * m).sum() for g, m in pairs) / np.sqrt(
-            squares * sum((g**2).sum() for g, _ in pairs))
+        out[f'{state}_cos'] = sum(
+            (g * m).sum() for g, m in pairs) / np.sqrt(squares * sum(
+                (g**2).sum() for g, _ in pairs))
     second = [s['exp_avg_sq'] for _, s in rows if 'exp_avg_sq' in s]
     if second:
         out['exp_avg_sq_sqrt_norm'] = np.sqrt(sum(v.sum() for v in second))
@@ -124,19 +125,15 @@ def train(work_dir, optimizer, dist=False, freeze=None):
 def check(published, steps_per_rank, optimizer, frozen=None):
     """``steps_per_rank``: per rank, {iteration: {name: rows}}."""
     world = len(steps_per_rank)
-    with_state = sorted(
-        it for it, record in published.items()
-        if any('/exp_avg' in k or '/momentum_buffer' in k for k in record))
+    with_state = sorted(it for it, record in published.items() if any(
+        '/exp_avg' in k or '/momentum_buffer' in k for k in record))
     assert with_state == (list(PUBLISHED) if EXPECTED[optimizer] else [])
     for it in PUBLISHED:
         record = published[it]
         for name in NAMES:
             key = f'stats/modules/{name}'
             expected = () if name == frozen else EXPECTED[optimizer]
-            found = {
-                stat
-                for stat in ALL if f'{key}/{stat}/mean' in record
-            }
+            found = {stat for stat in ALL if f'{key}/{stat}/mean' in record}
             assert found == set(expected), (it, name, found)
             refs = [reference(steps[it][name]) for steps in steps_per_rank]
             for stat in expected:
