@@ -1,0 +1,189 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Where non-finite values started (``docs/nonfinite.md``).
+
+Two pieces, both used by the hooks only when something went wrong or when
+asked:
+
+- :class:`NonfiniteWatch`: device-side flags of which watched modules
+  produced a NaN/inf forward output or gradient, and the first iteration
+  each did. Updating it never syncs the host; :meth:`NonfiniteWatch.take`
+  reads it (one device-to-host copy), at a publication that found
+  non-finite values.
+- :func:`gather_origins` and :func:`describe_origins`: when the reduced
+  statistics say some name got NaN/inf values (every rank knows it from
+  the same reduced data), every rank hands a small dict of what it saw to
+  one ``all_gather_object``; every rank then formats the same text from
+  the same list. A healthy publication calls neither.
+"""
+import socket
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from mmengine.dist import all_gather_object, get_rank
+
+__all__ = [
+    'NonfiniteWatch', 'rank_origin', 'gather_origins', 'describe_origins'
+]
+
+#: "never": the first-iteration value of a module that stayed finite
+NEVER = 2**62
+FORWARD, BACKWARD = 0, 1
+
+
+class NonfiniteWatch:
+    """Which of ``names`` produced a non-finite forward output or gradient,
+    and the first iteration each did, kept on ``device``.
+
+    :meth:`forward` is called with each output of a watched module (in the
+    order the forward pass produces them: that order is remembered),
+    :meth:`backward` with the per-module sums of squares of the gradients
+    (non-finite exactly when some element is), :meth:`end_iteration` once
+    per watched iteration. None of them syncs the host.
+
+    Args:
+        names (Sequence[str]): The watched modules.
+        device (torch.device): Where the flags live.
+
+    Example:
+        >>> import torch
+        >>> watch = NonfiniteWatch(['stem', 'head'], torch.device('cpu'))
+        >>> watch.forward(0, torch.ones(2))
+        >>> watch.forward(1, torch.ones(2))
+        >>> watch.end_iteration(1)
+        >>> watch.forward(0, torch.tensor([1., float('nan')]))
+        >>> watch.forward(1, torch.full((2, ), float('nan')))
+        >>> watch.backward(torch.tensor([float('inf'), 4.]))
+        >>> watch.end_iteration(2)
+        >>> watch.take()
+        {'forward': (2, 0, 'stem'), 'backward': (2, 0, 'stem')}
+        >>> watch.take()  # nothing since
+        {'forward': None, 'backward': None}
+    """
+
+    def __init__(self, names: Sequence[str], device: torch.device) -> None:
+        self.names = list(names)
+        self.flags = torch.zeros(
+            2, len(self.names), dtype=torch.bool, device=device)
+        self.first = torch.full((2, len(self.names)),
+                                NEVER,
+                                dtype=torch.int64,
+                                device=device)
+        #: module indices in the order of their first forward output
+        self.order: List[int] = []
+
+    def forward(self, index: int, output: torch.Tensor) -> None:
+        """Flag module ``index`` if ``output`` has a NaN/inf element."""
+        if index not in self.order:
+            self.order.append(index)
+        self.flags[FORWARD, index] |= ~torch.isfinite(output).all()
+
+    def backward(self, squares: torch.Tensor) -> None:
+        """Flag the modules whose gradients' sum of squares (float64, one
+        per module) is non-finite."""
+        self.flags[BACKWARD] |= ~torch.isfinite(squares)
+
+    def end_iteration(self, iteration: int) -> None:
+        """Stamp ``iteration`` on the modules flagged for the first time;
+        clear the flags."""
+        self.first.masked_fill_(self.flags & (self.first == NEVER), iteration)
+        self.flags.zero_()
+
+    def reset(self) -> None:
+        """Forget the stamps (a new publication interval)."""
+        self.first.fill_(NEVER)
+        self.flags.zero_()
+
+    def take(self) -> Dict[str, Optional[Tuple[int, int, str]]]:
+        """``{'forward': ..., 'backward': ...}``: the first non-finite module
+        output in forward order and the first non-finite gradient in
+        backward order (the reverse), each ``(iteration, position in forward
+        order, module name)`` or None; forget them. Syncs the host."""
+        first = self.first.tolist()
+        self.reset()
+        position = {index: i for i, index in enumerate(self.order)}
+        out: Dict[str, Optional[Tuple[int, int, str]]] = {}
+        for row, key, sign in ((FORWARD, 'forward', 1), (BACKWARD, 'backward',
+                                                         -1)):
+            seen = [(it, position.get(i,
+                                      len(self.order) + i), i)
+                    for i, it in enumerate(first[row]) if it != NEVER]
+            if not seen:
+                out[key] = None
+                continue
+            it, pos, index = min(seen, key=lambda s: (s[0], sign * s[1]))
+            out[key] = (it, pos, self.names[index])
+        return out
+
+
+def rank_origin(names: Dict[str, int], modules: Sequence[dict] = ()) -> dict:
+    """What this rank saw: its rank, host, its NaN/inf count of each name
+    (``names``) and the module origins of its watches (``modules``: dicts
+    of :meth:`NonfiniteWatch.take` plus ``'every_iteration'``).
+
+    Example:
+        >>> origin = rank_origin({'loss': 2})
+        >>> origin['rank'], origin['names'], origin['modules']
+        (0, {'loss': 2}, [])
+    """
+    return dict(
+        rank=get_rank(),
+        host=socket.gethostname(),
+        names=dict(names),
+        modules=list(modules))
+
+
+def gather_origins(origin: dict) -> List[dict]:
+    """Every rank's :func:`rank_origin`, in rank order (one
+    ``all_gather_object``: a collective, every rank must call it).
+
+    Example:
+        >>> [o['rank'] for o in gather_origins(rank_origin({'x': 1}))]
+        [0]
+    """
+    return list(all_gather_object(origin))
+
+
+def _ranks(origins: List[dict]) -> str:
+    hosts = ', '.join(f"{o['rank']} ({o['host']})" for o in origins)
+    return f"rank{'s' if len(origins) > 1 else ''} {hosts}"
+
+
+def describe_origins(origins: List[dict], bad: Dict[str, int]) -> str:
+    """The text naming, for each name of ``bad`` (``{name: count over all
+    ranks}``), the ranks and hosts that saw its NaN/inf values, and the
+    first module whose forward output (and gradient, in backward order) was
+    non-finite, at which iteration, on which ranks. The same on every rank
+    given the same ``origins``.
+
+    Example:
+        >>> origins = [
+        ...     dict(rank=0, host='a', names={}, modules=[]),
+        ...     dict(rank=1, host='b', names={'loss': 3}, modules=[dict(
+        ...         forward=(5, 1, 'layer1'), backward=None,
+        ...         every_iteration=True)])]
+        >>> print(describe_origins(origins, {'loss': 3}))
+        loss: 3 NaN/inf, seen on rank 1 (b); first non-finite module \
+output: 'layer1' at iteration 5 on rank 1 (b) (watched every iteration)
+    """
+    parts = []
+    for name in sorted(bad):
+        seen = [o for o in origins if o['names'].get(name)]
+        where = f', seen on {_ranks(seen)}' if seen else ''
+        parts.append(f'{name}: {bad[name]} NaN/inf{where}')
+    for key, what, sign in (('forward', 'output', 1),
+                            ('backward', 'gradient (backward)', -1)):
+        found = [(m[key], m['every_iteration'], o) for o in origins
+                 for m in o['modules'] if m.get(key) is not None]
+        if not found:
+            continue
+        it, pos, module = min((f[0] for f in found),
+                              key=lambda f: (f[0], sign * f[1]))
+        ranks = [o for f, _, o in found if f == (it, pos, module)]
+        every = all(e for _, e, _ in found)
+        parts.append(f"first non-finite module {what}: '{module}' at "
+                     f'iteration {it} on {_ranks(ranks)} (' +
+                     ('watched every iteration'
+                      if every else 'seen on an instrumented iteration; '
+                      'ModuleStatsHook(watch_nonfinite=True) watches '
+                      'every iteration') + ')')
+    return '; '.join(parts)
