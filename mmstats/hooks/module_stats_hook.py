@@ -65,6 +65,7 @@ from mmstats.registry import HOOKS
 from mmstats.sharding import (ParamLayout, ParamPart, segment_sum, sum_squares,
                               unwrap_model)
 from mmstats.stats import report
+from mmstats.stats.nonfinite import NonfiniteWatch
 from mmstats.utils.args import (check_bool, check_names, check_str,
                                 compile_regex)
 from .schedule import PublicationSchedule, find_hook
@@ -146,6 +147,11 @@ class ModuleStatsHook(Hook):
         optimizer_state (bool): Also report the norms of the optimizer's
             first and second moments and the cosine between gradient and
             first moment, read after the step. Defaults to False.
+        watch_nonfinite (bool): Check every iteration (not only the
+            instrumented ones) which matched module first produced a
+            NaN/inf output or gradient: flags accumulate on the device and
+            are read only when a publication finds non-finite values
+            (``docs/nonfinite.md``). Defaults to False.
 
     Example:
         >>> custom_hooks = [
@@ -165,7 +171,8 @@ class ModuleStatsHook(Hook):
                  modules: str,
                  stats: Sequence[str] = MODULE_STATS,
                  prefix: str = 'modules',
-                 optimizer_state: bool = False) -> None:
+                 optimizer_state: bool = False,
+                 watch_nonfinite: bool = False) -> None:
         check_str(OWNER, 'modules', modules, r'backbone\.layer\d')
         self.pattern = compile_regex(
             OWNER,
@@ -180,6 +187,8 @@ class ModuleStatsHook(Hook):
         check_str(OWNER, 'prefix', prefix, 'modules')
         self.optimizer_state = check_bool(OWNER, 'optimizer_state',
                                           optimizer_state)
+        self.watch_nonfinite = check_bool(OWNER, 'watch_nonfinite',
+                                          watch_nonfinite)
         self.modules = modules
         self.prefix = prefix
         # built in before_train
@@ -188,6 +197,9 @@ class ModuleStatsHook(Hook):
         # the rule without a StatsCollectorHook
         self._schedule: Optional[PublicationSchedule] = None
         self._acts: Optional[ActivationProbes] = None
+        self._watch: Optional[NonfiniteWatch] = None
+        self._watched = False  # the watch saw this iteration
+        self._reset_watch = False  # a publication was checked: new interval
         self._steps: List[StepProbe] = []
         self._totals: List[str] = []  # total_grad_norm name per probe
         self._layout: Optional[ParamLayout] = None
@@ -240,8 +252,13 @@ class ModuleStatsHook(Hook):
         self._weights = [(tuple(segments), self._layout.parts[i])
                          for i, segments in owners.items()]
         self._device = next(model.parameters(), torch.zeros(0)).device
-        if 'act' in self.stats:
-            self._acts = ActivationProbes(self.targets, self.prefix)
+        self._watch = NonfiniteWatch(list(self.targets), self._device)
+        if 'act' in self.stats or self.watch_nonfinite:
+            self._acts = ActivationProbes(
+                self.targets,
+                self.prefix,
+                watch=self._watch,
+                report_acts='act' in self.stats)
             if not in_backward.available:
                 print_log(
                     'ModuleStatsHook: this torch cannot tell a backward '
@@ -265,7 +282,7 @@ class ModuleStatsHook(Hook):
                 continue
             self._steps.append(
                 StepProbe(wrapper, parts, total + 1, self.stats, self._device,
-                          self.optimizer_state))
+                          self.optimizer_state, self._watch))
             self._totals.append(f'{self.prefix}/total_grad_norm' +
                                 (f'.{key}' if key else ''))
         for probe in self._steps:
@@ -292,7 +309,8 @@ class ModuleStatsHook(Hook):
                 probe.optimizer_state = False
         for index in reversed(range(len(self._steps))):
             probe = self._steps[index]
-            if not (probe.stats or probe.amp or probe.optimizer_state):
+            if not (probe.stats or probe.amp or probe.optimizer_state
+                    or self.watch_nonfinite):
                 probe.remove()  # nothing to take at its steps
                 del self._steps[index], self._totals[index]
 
@@ -323,12 +341,19 @@ class ModuleStatsHook(Hook):
         """Arm the probes on an iteration the statistics are published
         after (the step probes: on the last optimizer step up to it)."""
         start = time.perf_counter()
+        if self._reset_watch:  # the previous publication was checked
+            self._watch.reset()
+            self._reset_watch = False
         self._publishes = self.publishes_after(runner, batch_idx)
         for probe in self._steps:
             probe.begin_iteration(
-                self._steps_armed(runner, batch_idx, probe.optim_wrapper))
+                self._steps_armed(runner, batch_idx, probe.optim_wrapper),
+                self.watch_nonfinite)
         if self._acts is not None:
             self._acts.armed = self._publishes
+            self._acts.watching = self.watch_nonfinite
+        self._watched = self.watch_nonfinite or self._publishes or any(
+            p.armed for p in self._steps)
         if self._publishes or any(p.armed for p in self._steps):
             self._cost += time.perf_counter() - start
 
@@ -348,8 +373,11 @@ class ModuleStatsHook(Hook):
             self._acts.armed = False
             self._cost += self._acts.cost
             self._acts.cost = 0.0
+        if self._watched:
+            self._watch.end_iteration(runner.iter + 1)
         if not self._publishes:
             return
+        self._reset_watch = True
         self._report_norms()
         if any(p.amp for p in self._steps):
             report(f'{self.prefix}/amp_skipped_steps', float(self._skipped))
@@ -361,6 +389,17 @@ class ModuleStatsHook(Hook):
     def after_train(self, runner: Runner) -> None:
         """Remove every forward and optimizer step hook."""
         self.remove()
+
+    def nonfinite_origin(self) -> List[dict]:
+        """What this rank's watch saw since the previous publication: the
+        first non-finite module output (forward order) and gradient
+        (backward order), each ``(iteration, position, module)`` or None.
+        Called by StatsCollectorHook on every rank when the reduced
+        statistics found NaN/inf values; reads device flags (a host sync).
+        """
+        if self._watch is None:
+            return []
+        return [dict(self._watch.take(), every_iteration=self.watch_nonfinite)]
 
     def remove(self) -> None:
         """Remove every forward and optimizer step hook."""
@@ -546,12 +585,18 @@ in_backward.available = _graph_task_id is not None
 
 class ActivationProbes:
     """One forward hook per module, registered at construction and kept
-    until :meth:`remove`; outputs are reported only while :attr:`armed`.
+    until :meth:`remove`; outputs are reported only while :attr:`armed`,
+    and checked for NaN/inf by ``watch`` while :attr:`armed` or
+    :attr:`watching`.
 
     Args:
         modules (dict[str, nn.Module]): The modules by name.
         prefix (str): Outputs of module ``name`` are reported as
             ``<prefix>/<name>/act``.
+        watch (NonfiniteWatch, optional): Told of every output seen (module
+            indices in the order of ``modules``). Defaults to None.
+        report_acts (bool): Whether to report the outputs (or only watch
+            them). Defaults to True.
 
     Example:
         >>> import torch
@@ -568,9 +613,20 @@ class ActivationProbes:
         8.0
     """
 
-    def __init__(self, modules: Dict[str, nn.Module], prefix: str) -> None:
+    def __init__(self,
+                 modules: Dict[str, nn.Module],
+                 prefix: str,
+                 watch: Optional[NonfiniteWatch] = None,
+                 report_acts: bool = True) -> None:
         self.armed = False
+        self.watching = False  # watch every iteration, not only armed ones
+        self.watch = watch
+        self.report_acts = report_acts
         self.cost = 0.0  # host seconds spent recording, reset by the owner
+        self._index = {
+            f'{prefix}/{name}/act': i
+            for i, name in enumerate(modules)
+        }
         self.id = next(_IDS)
         _PROBES[self.id] = self
         self._handles: List[torch.utils.hooks.RemovableHandle] = [
@@ -585,19 +641,22 @@ class ActivationProbes:
             if torch.compiler.is_compiling():
                 for tensor in floating_tensors(output):
                     torch.ops.mmstats.module_act(tensor, probes, key)
-            elif self.armed:
+            elif self.armed or self.watching:
                 for tensor in floating_tensors(output):
                     self.record(key, tensor)
 
         return forward_hook
 
     def record(self, key: str, tensor: torch.Tensor) -> None:
-        """Report ``tensor`` under ``key`` if armed and not a checkpoint's
-        recomputation."""
-        if not self.armed or in_backward():
+        """Report ``tensor`` under ``key`` if armed (and watch it if armed
+        or watching), unless it is a checkpoint's recomputation."""
+        if not (self.armed or self.watching) or in_backward():
             return
         start = time.perf_counter()
-        report(key, tensor.detach())
+        if self.watch is not None:
+            self.watch.forward(self._index[key], tensor.detach())
+        if self.armed and self.report_acts:
+            report(key, tensor.detach())
         self.cost += time.perf_counter() - start
 
     def remove(self) -> None:
@@ -605,7 +664,7 @@ class ActivationProbes:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self.armed = False
+        self.armed = self.watching = False
         _PROBES.pop(self.id, None)
 
 
@@ -638,6 +697,9 @@ class StepProbe:
         optimizer_state (bool): Whether to take the sums of the optimizer's
             moments (``MOMENT_ROWS``) after an armed step. Defaults to
             False.
+        watch (NonfiniteWatch, optional): Told of the gradients' sums of
+            squares of the first ``len(watch.names)`` segments at armed or
+            watched steps. Defaults to None.
 
     Example:
         >>> import torch
@@ -665,9 +727,12 @@ class StepProbe:
                  num_segments: int,
                  stats: Sequence[str],
                  device: torch.device,
-                 optimizer_state: bool = False) -> None:
+                 optimizer_state: bool = False,
+                 watch: Optional[NonfiniteWatch] = None) -> None:
         self.optim_wrapper = optim_wrapper
         self.optimizer_state = optimizer_state
+        self.watch = watch
+        self.watching = False
         optimizer = optim_wrapper.optimizer
         #: the DeepSpeed engine (its optimizer owns every parameter)
         self.engine = getattr(optim_wrapper, '_model', None)
@@ -715,8 +780,10 @@ class StepProbe:
             optim_wrapper._clip_grad = torch.compiler.disable(self._clip_grad)
 
     # -- per iteration (called by the hook, outside compiled code) --------
-    def begin_iteration(self, armed: bool) -> None:
-        """Arm (or not) the statistics of this iteration's steps."""
+    def begin_iteration(self, armed: bool, watching: bool = False) -> None:
+        """Arm (or not) the statistics of this iteration's steps; watch
+        (or not) their gradients for NaN/inf."""
+        self.watching = watching and self.watch is not None
         self.armed = armed and bool(
             self.stats or self.optimizer_state) and bool(self.parts)
         self.calls = 0
@@ -797,8 +864,14 @@ class StepProbe:
         if boundary:
             self._post_step(None, (), {})
 
+    def _takes_grads(self) -> bool:
+        """Whether this step's gradients are read: for the statistics, or
+        for the watch (on an armed or watched iteration)."""
+        return (self.armed and bool(self.stats)) or (
+            self.watch is not None and (self.armed or self.watching))
+
     def _clip_grad(self) -> None:
-        if self.armed:
+        if self._takes_grads():
             start = time.perf_counter()
             self._clipped = self._take_grads()
             self.cost += time.perf_counter() - start
@@ -806,12 +879,17 @@ class StepProbe:
 
     def _pre_step(self, optimizer, args, kwargs) -> None:
         self.calls += 1
-        if not (self.armed and self.stats):
+        if not self._takes_grads():
             return
         start = time.perf_counter()
         grads, found = (
             self._clipped if self._clipped is not None else self._take_grads())
         self._clipped = None
+        if self.watch is not None:
+            self.watch.backward(grads[:len(self.watch.names)])
+        if not (self.armed and self.stats):
+            self.cost += time.perf_counter() - start
+            return
         self.squares = torch.zeros(
             3, self.num_segments, dtype=torch.float64, device=self.device)
         self.squares[GRAD] = grads

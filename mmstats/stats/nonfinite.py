@@ -162,14 +162,14 @@ def describe_origins(origins: List[dict], bad: Dict[str, int]) -> str:
         ...         forward=(5, 1, 'layer1'), backward=None,
         ...         every_iteration=True)])]
         >>> print(describe_origins(origins, {'loss': 3}))
-        loss: 3 NaN/inf, seen on rank 1 (b); first non-finite module \
+        loss (3 NaN/inf) on rank 1 (b); first non-finite module \
 output: 'layer1' at iteration 5 on rank 1 (b) (watched every iteration)
     """
     parts = []
     for name in sorted(bad):
         seen = [o for o in origins if o['names'].get(name)]
-        where = f', seen on {_ranks(seen)}' if seen else ''
-        parts.append(f'{name}: {bad[name]} NaN/inf{where}')
+        where = f' on {_ranks(seen)}' if seen else ''
+        parts.append(f'{name} ({bad[name]} NaN/inf){where}')
     for key, what, sign in (('forward', 'output', 1),
                             ('backward', 'gradient (backward)', -1)):
         found = [(m[key], m['every_iteration'], o) for o in origins
