@@ -28,6 +28,8 @@ __all__ = [
 #: "never": the first-iteration value of a module that stayed finite
 NEVER = 2**62
 FORWARD, BACKWARD = 0, 1
+#: names listed in the text (sorted); the others are counted
+MAX_NAMES = 10
 
 
 class NonfiniteWatch:
@@ -102,8 +104,10 @@ class NonfiniteWatch:
         self.reset()
         position = {index: i for i, index in enumerate(self.order)}
         out: Dict[str, Optional[Tuple[int, int, str]]] = {}
-        for row, key, sign in ((FORWARD, 'forward', 1), (BACKWARD, 'backward',
-                                                         -1)):
+        for row, key in ((FORWARD, 'forward'), (BACKWARD, 'backward')):
+            # forward: the earliest in forward order; backward: the latest
+            # (the first the backward pass reached)
+            sign = 1 if row == FORWARD else -1
             seen = [(it, position.get(i,
                                       len(self.order) + i), i)
                     for i, it in enumerate(first[row]) if it != NEVER]
@@ -166,10 +170,12 @@ def describe_origins(origins: List[dict], bad: Dict[str, int]) -> str:
 output: 'layer1' at iteration 5 on rank 1 (b) (watched every iteration)
     """
     parts = []
-    for name in sorted(bad):
+    for name in sorted(bad)[:MAX_NAMES]:
         seen = [o for o in origins if o['names'].get(name)]
         where = f' on {_ranks(seen)}' if seen else ''
         parts.append(f'{name} ({bad[name]} NaN/inf){where}')
+    if len(bad) > MAX_NAMES:
+        parts.append(f'and {len(bad) - MAX_NAMES} names more')
     for key, what, sign in (('forward', 'output', 1),
                             ('backward', 'gradient (backward)', -1)):
         found = [(m[key], m['every_iteration'], o) for o in origins
