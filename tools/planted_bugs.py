@@ -195,7 +195,8 @@ BUGS = [
         'mmstats/hooks/module_stats_hook.py',
         "if row(f'{state}:count', segment) == 0:", 'if False:',
         ('tests/test_hooks/test_module_stats_optimizer.py', )),
-    Bug('NF1', 'the watch stamps the last non-finite iteration, not the '
+    Bug(
+        'NF1', 'the watch stamps the last non-finite iteration, not the '
         'first', 'mmstats/stats/nonfinite.py',
         'self.first.masked_fill_(self.flags & (self.first == NEVER), '
         'iteration)', 'self.first.masked_fill_(self.flags, iteration)',
@@ -203,6 +204,12 @@ BUGS = [
     Bug('NF2', 'the backward origin taken in forward order',
         'mmstats/stats/nonfinite.py', 'sign = 1 if row == FORWARD else -1',
         'sign = 1', ('tests/test_hooks/test_nonfinite_origin.py', )),
+    Bug(
+        'NF4', 'the watch tests its flags on the host every iteration',
+        'mmstats/stats/nonfinite.py', 'iteration)\n        self.flags.zero_()',
+        'iteration)\n        if self.flags.any():\n'
+        '            self.flags.zero_()',
+        ('tests/test_hooks/test_health_host_reads.py', )),
     Bug('NF3', "every rank named as having seen a name's NaN/inf",
         'mmstats/stats/nonfinite.py',
         "seen = [o for o in origins if o['names'].get(name)]",
