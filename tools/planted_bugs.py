@@ -195,20 +195,20 @@ BUGS = [
         'mmstats/hooks/module_stats_hook.py',
         "if row(f'{state}:count', segment) == 0:", 'if False:',
         ('tests/test_hooks/test_module_stats_optimizer.py', )),
-    Bug(
-        'NF1', 'the watch stamps the last non-finite iteration, not the '
+    Bug('NF1', 'the watch stamps the last non-finite iteration, not the '
         'first', 'mmstats/stats/nonfinite.py',
-        'self.first.masked_fill_(self.flags & (self.first == NEVER), '
-        'iteration)', 'self.first.masked_fill_(self.flags, iteration)',
+        "self.first[FORWARD].scatter_reduce_(0, index, stamps, 'amin')",
+        'self.first[FORWARD].index_copy_(0, index, stamps)',
         ('tests/test_hooks/test_nonfinite_origin.py', )),
     Bug('NF2', 'the backward origin taken in forward order',
         'mmstats/stats/nonfinite.py', 'sign = 1 if row == FORWARD else -1',
         'sign = 1', ('tests/test_hooks/test_nonfinite_origin.py', )),
-    Bug(
-        'NF4', 'the watch tests its flags on the host every iteration',
-        'mmstats/stats/nonfinite.py', 'iteration)\n        self.flags.zero_()',
-        'iteration)\n        if self.flags.any():\n'
-        '            self.flags.zero_()',
+    Bug('NF4', 'the watch tests its stamps on the host every iteration',
+        'mmstats/stats/nonfinite.py',
+        "scatter_reduce_(0, index, stamps, 'amin')\n",
+        "scatter_reduce_(0, index, stamps, 'amin')\n"
+        '            if (stamps < NEVER).any():\n'
+        '                self.first[FORWARD].fill_(stamps.min())\n',
         ('tests/test_hooks/test_health_host_reads.py', )),
     Bug('NF3', "every rank named as having seen a name's NaN/inf",
         'mmstats/stats/nonfinite.py',

@@ -354,6 +354,8 @@ class ModuleStatsHook(Hook):
             self._acts.watching = self.watch_nonfinite
         self._watched = self.watch_nonfinite or self._publishes or any(
             p.armed for p in self._steps)
+        if self._watched:
+            self._watch.begin_iteration(runner.iter + 1)
         if self._publishes or any(p.armed for p in self._steps):
             self._cost += time.perf_counter() - start
 
@@ -374,7 +376,7 @@ class ModuleStatsHook(Hook):
             self._cost += self._acts.cost
             self._acts.cost = 0.0
         if self._watched:
-            self._watch.end_iteration(runner.iter + 1)
+            self._watch.end_iteration()
         if not self._publishes:
             return
         self._reset_watch = True
@@ -867,8 +869,9 @@ class StepProbe:
     def _takes_grads(self) -> bool:
         """Whether this step's gradients are read: for the statistics, or
         for the watch (on an armed or watched iteration)."""
-        return (self.armed and bool(self.stats)) or (
-            self.watch is not None and (self.armed or self.watching))
+        return (self.armed
+                and bool(self.stats)) or (self.watch is not None and
+                                          (self.armed or self.watching))
 
     def _clip_grad(self) -> None:
         if self._takes_grads():

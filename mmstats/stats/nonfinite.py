@@ -36,26 +36,31 @@ class NonfiniteWatch:
     """Which of ``names`` produced a non-finite forward output or gradient,
     and the first iteration each did, kept on ``device``.
 
-    :meth:`forward` is called with each output of a watched module (in the
-    order the forward pass produces them: that order is remembered),
-    :meth:`backward` with the per-module sums of squares of the gradients
-    (non-finite exactly when some element is), :meth:`end_iteration` once
-    per watched iteration. None of them syncs the host.
+    Per watched iteration: :meth:`begin_iteration`, then :meth:`forward`
+    with each output of a watched module (in the order the forward pass
+    produces them: that order is remembered), :meth:`backward` with the
+    per-module sums of squares of the gradients at each step, and
+    :meth:`end_iteration`. None of them syncs the host. An output costs one
+    float64 sum (non-finite exactly when some element is: float32 and
+    half values cannot overflow it); the iteration's sums are checked
+    together at its end.
 
     Args:
         names (Sequence[str]): The watched modules.
-        device (torch.device): Where the flags live.
+        device (torch.device): Where the stamps live.
 
     Example:
         >>> import torch
         >>> watch = NonfiniteWatch(['stem', 'head'], torch.device('cpu'))
+        >>> watch.begin_iteration(1)
         >>> watch.forward(0, torch.ones(2))
         >>> watch.forward(1, torch.ones(2))
-        >>> watch.end_iteration(1)
+        >>> watch.end_iteration()
+        >>> watch.begin_iteration(2)
         >>> watch.forward(0, torch.tensor([1., float('nan')]))
         >>> watch.forward(1, torch.full((2, ), float('nan')))
         >>> watch.backward(torch.tensor([float('inf'), 4.]))
-        >>> watch.end_iteration(2)
+        >>> watch.end_iteration()
         >>> watch.take()
         {'forward': (2, 0, 'stem'), 'backward': (2, 0, 'stem')}
         >>> watch.take()  # nothing since
@@ -64,36 +69,59 @@ class NonfiniteWatch:
 
     def __init__(self, names: Sequence[str], device: torch.device) -> None:
         self.names = list(names)
-        self.flags = torch.zeros(
-            2, len(self.names), dtype=torch.bool, device=device)
+        self.device = device
+        #: (2, modules) int64: the first iteration a module's output
+        #: (row FORWARD) / gradient (row BACKWARD) was non-finite, or NEVER
         self.first = torch.full((2, len(self.names)),
                                 NEVER,
                                 dtype=torch.int64,
                                 device=device)
         #: module indices in the order of their first forward output
         self.order: List[int] = []
+        self.iteration = 0
+        self._seen: set = set()
+        self._sums: List[torch.Tensor] = []  # this iteration's outputs
+        self._indices: List[int] = []
+        self._index_cache: Dict[tuple, torch.Tensor] = {}
+
+    def begin_iteration(self, iteration: int) -> None:
+        """Start watching ``iteration``."""
+        self.iteration = iteration
+        self._sums, self._indices = [], []
 
     def forward(self, index: int, output: torch.Tensor) -> None:
-        """Flag module ``index`` if ``output`` has a NaN/inf element."""
-        if index not in self.order:
+        """Take note of an output of module ``index``."""
+        if index not in self._seen:
+            self._seen.add(index)
             self.order.append(index)
-        self.flags[FORWARD, index] |= ~torch.isfinite(output).all()
+        self._sums.append(output.detach().sum(dtype=torch.float64))
+        self._indices.append(index)
 
     def backward(self, squares: torch.Tensor) -> None:
-        """Flag the modules whose gradients' sum of squares (float64, one
+        """Stamp the modules whose gradients' sum of squares (float64, one
         per module) is non-finite."""
-        self.flags[BACKWARD] |= ~torch.isfinite(squares)
+        stamps = torch.where(torch.isfinite(squares), NEVER, self.iteration)
+        torch.minimum(self.first[BACKWARD], stamps, out=self.first[BACKWARD])
 
-    def end_iteration(self, iteration: int) -> None:
-        """Stamp ``iteration`` on the modules flagged for the first time;
-        clear the flags."""
-        self.first.masked_fill_(self.flags & (self.first == NEVER), iteration)
-        self.flags.zero_()
+    def end_iteration(self) -> None:
+        """Stamp the iteration on the modules whose outputs were
+        non-finite, unless stamped before."""
+        if self._sums:
+            key = tuple(self._indices)
+            index = self._index_cache.get(key)
+            if index is None:
+                if len(self._index_cache) >= 4:  # changing call patterns
+                    self._index_cache.clear()
+                index = self._index_cache[key] = torch.tensor(
+                    key, device=self.device)
+            sums = torch.stack(self._sums).to(self.device)
+            stamps = torch.where(torch.isfinite(sums), NEVER, self.iteration)
+            self.first[FORWARD].scatter_reduce_(0, index, stamps, 'amin')
+        self._sums, self._indices = [], []
 
     def reset(self) -> None:
         """Forget the stamps (a new publication interval)."""
         self.first.fill_(NEVER)
-        self.flags.zero_()
 
     def take(self) -> Dict[str, Optional[Tuple[int, int, str]]]:
         """``{'forward': ..., 'backward': ...}``: the first non-finite module
