@@ -80,8 +80,9 @@ def train(work_dir, watch, iteration, rank=0, dist=False, compile=False):
                 modules=MODULES,
                 watch_nonfinite=watch)
         ])
-    if compile:
-        cfg.compile = dict(backend='eager')  # dynamo: hooks traced
+    if compile:  # True: dynamo alone (the hooks traced); or a backend
+        cfg.compile = dict(
+            backend=compile if isinstance(compile, str) else 'eager')
     if dist:
         gloo_launch(cfg)
     runner = Runner.from_cfg(cfg)
@@ -143,10 +144,12 @@ def expected(ranks, iterations):
     return parts
 
 
-@pytest.mark.parametrize('compile', [False, True], ids=['eager', 'compiled'])
+@pytest.mark.parametrize(
+    'compile', [False, True, 'inductor'], ids=['eager', 'dynamo', 'inductor'])
 def test_watch_finds_the_planted_nan(tmp_path, clean_mmengine, compile):
     """Planted at iteration 5 (not instrumented): the watch stamps it
-    exactly; the run raises at the publication after iteration 6."""
+    exactly; the run raises at the publication after iteration 6. Compiled,
+    the forward check runs in the kernel of ModuleStatsHook's custom op."""
     if compile:
         torch._dynamo.reset()
     result = train(tmp_path, True, 5, compile=compile)
@@ -188,7 +191,7 @@ def _worker(rank, world_size, work_dir, compile, watch=True, iteration=5):
         compile=compile)
 
 
-@pytest.mark.parametrize('compile', [False, True], ids=['eager', 'compiled'])
+@pytest.mark.parametrize('compile', [False, True], ids=['eager', 'dynamo'])
 def test_two_ranks_raise_the_same_text(tmp_path, compile):
     """Planted on rank 1 at iteration 5: its forward origin is rank 1's;
     DDP spreads the NaN gradients to rank 0; both ranks raise the same
@@ -232,3 +235,24 @@ def test_a_healthy_run_gathers_and_reads_nothing(tmp_path, clean_mmengine):
         result = train(tmp_path, True, 0)  # never planted
     assert result['raised'] is None
     assert calls == []
+
+
+def _graphs(work_dir, watch):
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    train(work_dir, watch, 0, compile=True)  # healthy
+    return counters['stats']['unique_graphs'], sum(
+        counters['graph_break'].values())
+
+
+def test_the_watch_adds_no_graph(tmp_path, clean_mmengine):
+    """Watching every iteration compiles as many graphs, with as many
+    breaks, as not watching (dynamo; the check runs in the custom op's
+    kernel)."""
+    from tests.helpers.runner import clear_mmengine_singletons
+    without = _graphs(tmp_path / 'a', False)
+    assert without[0] > 0
+    clear_mmengine_singletons()
+    assert _graphs(tmp_path / 'b', True) == without
+    torch._dynamo.reset()
