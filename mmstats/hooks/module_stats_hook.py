@@ -735,6 +735,8 @@ class StepProbe:
         self.optimizer_state = optimizer_state
         self.watch = watch
         self.watching = False
+        self._watch_index: Dict[tuple, Tuple[Tensor, Tensor]] = {}
+        self._watch_clipped: Optional[tuple] = None
         optimizer = optim_wrapper.optimizer
         #: the DeepSpeed engine (its optimizer owns every parameter)
         self.engine = getattr(optim_wrapper, '_model', None)
@@ -795,7 +797,7 @@ class StepProbe:
         """Disarm; return how many due steps the GradScaler skipped in this
         iteration (0 without AMP)."""
         self.armed = False
-        self._before = self._clipped = None
+        self._before = self._clipped = self._watch_clipped = None
         if not self.amp:
             return 0
         wrapper = self.optim_wrapper
@@ -866,6 +868,32 @@ class StepProbe:
         if boundary:
             self._post_step(None, (), {})
 
+    def _watch_grads(self) -> Optional[Tuple[Tensor, Tensor, Tensor]]:
+        """The arguments of :meth:`NonfiniteWatch.backward_parts`: one
+        norm per gradient tensor (float32 for half gradients), mapped to
+        the targets by an index cached per layout of present gradients
+        (None without gradients)."""
+        found = self._with_grad()
+        if not found:
+            return None
+        key = tuple(segments for segments, _, _ in found)
+        index = self._watch_index.get(key)
+        if index is None:
+            targets = len(self.watch.names)
+            if len(self._watch_index) >= 4:  # changing layouts: stay bounded
+                self._watch_index.clear()
+            index = self._watch_index[key] = tuple(
+                torch.tensor(column, dtype=torch.long, device=self.device)
+                for column in (
+                    [i for i, s in enumerate(key) for t in s if t < targets],
+                    [t for s in key for t in s if t < targets]))
+        grads = [grad for _, _, grad in found]
+        half = any(g.dtype in (torch.float16, torch.bfloat16) for g in grads)
+        norms = torch.stack(
+            torch._foreach_norm(
+                grads, 2, dtype=torch.float32 if half else None))
+        return (norms.to(self.device), ) + index
+
     def _takes_grads(self) -> bool:
         """Whether this step's gradients are read: for the statistics, or
         for the watch (on an armed or watched iteration)."""
@@ -874,9 +902,12 @@ class StepProbe:
                                           (self.armed or self.watching))
 
     def _clip_grad(self) -> None:
-        if self._takes_grads():
+        if self._takes_grads():  # before clipping, kept if the step happens
             start = time.perf_counter()
-            self._clipped = self._take_grads()
+            if self.armed and self.stats:
+                self._clipped = self._take_grads()
+            else:
+                self._watch_clipped = self._watch_grads()
             self.cost += time.perf_counter() - start
         self._clip()
 
@@ -885,14 +916,19 @@ class StepProbe:
         if not self._takes_grads():
             return
         start = time.perf_counter()
+        if not (self.armed and self.stats):  # watched only: the cheap check
+            checked, self._watch_clipped = self._watch_clipped, None
+            if checked is None:
+                checked = self._watch_grads()
+            if checked is not None:  # the step happens: its gradients count
+                self.watch.backward_parts(*checked)
+            self.cost += time.perf_counter() - start
+            return
         grads, found = (
             self._clipped if self._clipped is not None else self._take_grads())
         self._clipped = None
         if self.watch is not None:
             self.watch.backward(grads[:len(self.watch.names)])
-        if not (self.armed and self.stats):
-            self.cost += time.perf_counter() - start
-            return
         self.squares = torch.zeros(
             3, self.num_segments, dtype=torch.float64, device=self.device)
         self.squares[GRAD] = grads

@@ -38,12 +38,13 @@ class NonfiniteWatch:
 
     Per watched iteration: :meth:`begin_iteration`, then :meth:`forward`
     with each output of a watched module (in the order the forward pass
-    produces them: that order is remembered), :meth:`backward` with the
-    per-module sums of squares of the gradients at each step, and
+    produces them: that order is remembered), :meth:`backward` (per-module
+    values) or :meth:`backward_parts` (per-tensor values) with the norms or
+    sums of squares of the gradients at each step, and
     :meth:`end_iteration`. None of them syncs the host. An output costs one
-    float64 sum (non-finite exactly when some element is: float32 and
-    half values cannot overflow it); the iteration's sums are checked
-    together at its end.
+    sum, in float32 (float64 for float64 outputs): non-finite when some
+    element is, and otherwise only if the finite values summed beyond
+    3.4e38; the iteration's sums are checked together at its end.
 
     Args:
         names (Sequence[str]): The watched modules.
@@ -94,7 +95,9 @@ class NonfiniteWatch:
         if index not in self._seen:
             self._seen.add(index)
             self.order.append(index)
-        self._sums.append(output.detach().sum(dtype=torch.float64))
+        wide = torch.float64 if output.dtype == torch.float64 else (
+            torch.float32)
+        self._sums.append(output.detach().sum(dtype=wide))
         self._indices.append(index)
 
     def backward(self, squares: torch.Tensor) -> None:
@@ -102,6 +105,13 @@ class NonfiniteWatch:
         per module) is non-finite."""
         stamps = torch.where(torch.isfinite(squares), NEVER, self.iteration)
         torch.minimum(self.first[BACKWARD], stamps, out=self.first[BACKWARD])
+
+    def backward_parts(self, values: torch.Tensor, rows: torch.Tensor,
+                       modules: torch.Tensor) -> None:
+        """Stamp module ``modules[k]`` if ``values[rows[k]]`` (one value
+        per gradient tensor: its norm) is non-finite."""
+        stamps = torch.where(torch.isfinite(values), NEVER, self.iteration)
+        self.first[BACKWARD].scatter_reduce_(0, modules, stamps[rows], 'amin')
 
     def end_iteration(self) -> None:
         """Stamp the iteration on the modules whose outputs were
