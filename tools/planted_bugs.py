@@ -195,20 +195,24 @@ BUGS = [
         'mmstats/hooks/module_stats_hook.py',
         "if row(f'{state}:count', segment) == 0:", 'if False:',
         ('tests/test_hooks/test_module_stats_optimizer.py', )),
-    Bug('NF1', 'the watch stamps the last non-finite iteration, not the '
-        'first', 'mmstats/stats/nonfinite.py',
-        "self.first[FORWARD].scatter_reduce_(0, index, stamps, 'amin')",
-        'self.first[FORWARD].index_copy_(0, index, stamps)',
+    Bug(
+        'NF1', 'the watch stamps the last noted iteration of a batch, not '
+        'the first', 'mmstats/stats/nonfinite.py',
+        'stamps = torch.where(torch.isfinite(values), NEVER,\n'
+        '                                 iterations).amin(0)',
+        'stamps = torch.where(torch.isfinite(values), NEVER,\n'
+        '                                 iterations)[-1]',
         ('tests/test_hooks/test_nonfinite_origin.py', )),
     Bug('NF2', 'the backward origin taken in forward order',
         'mmstats/stats/nonfinite.py', 'sign = 1 if row == FORWARD else -1',
         'sign = 1', ('tests/test_hooks/test_nonfinite_origin.py', )),
-    Bug('NF4', 'the watch tests its stamps on the host every iteration',
+    Bug(
+        'NF4', 'the watch tests its notes on the host every iteration',
         'mmstats/stats/nonfinite.py',
-        "scatter_reduce_(0, index, stamps, 'amin')\n",
-        "scatter_reduce_(0, index, stamps, 'amin')\n"
-        '            if (stamps < NEVER).any():\n'
-        '                self.first[FORWARD].fill_(stamps.min())\n',
+        '        if len(self._history) >= FOLD_EVERY:\n',
+        '        if len(self._history) >= FOLD_EVERY or not all(\n'
+        '                torch.isfinite(n[2]).all()\n'
+        '                for n in self._history):\n',
         ('tests/test_hooks/test_health_host_reads.py', )),
     Bug('NF3', "every rank named as having seen a name's NaN/inf",
         'mmstats/stats/nonfinite.py',

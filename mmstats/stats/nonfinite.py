@@ -30,6 +30,8 @@ NEVER = 2**62
 FORWARD, BACKWARD = 0, 1
 #: names listed in the text (sorted); the others are counted
 MAX_NAMES = 10
+#: notes a watch keeps before checking them in one batch
+FOLD_EVERY = 64
 
 
 class NonfiniteWatch:
@@ -44,7 +46,8 @@ class NonfiniteWatch:
     :meth:`end_iteration`. None of them syncs the host. An output costs one
     sum, in float32 (float64 for float64 outputs): non-finite when some
     element is, and otherwise only if the finite values summed beyond
-    3.4e38; the iteration's sums are checked together at its end.
+    3.4e38. The values are kept (a few per iteration) and checked in one
+    batch per kind every ``FOLD_EVERY`` notes and at :meth:`take`.
 
     Args:
         names (Sequence[str]): The watched modules.
@@ -73,6 +76,7 @@ class NonfiniteWatch:
         self.device = device
         #: (2, modules) int64: the first iteration a module's output
         #: (row FORWARD) / gradient (row BACKWARD) was non-finite, or NEVER
+        #: (up to the last fold)
         self.first = torch.full((2, len(self.names)),
                                 NEVER,
                                 dtype=torch.int64,
@@ -83,6 +87,8 @@ class NonfiniteWatch:
         self._seen: set = set()
         self._sums: List[torch.Tensor] = []  # this iteration's outputs
         self._indices: List[int] = []
+        # (iteration, key, values, (row, rows, modules)) not yet folded in
+        self._history: List[tuple] = []
         self._index_cache: Dict[tuple, torch.Tensor] = {}
 
     def begin_iteration(self, iteration: int) -> None:
@@ -101,43 +107,73 @@ class NonfiniteWatch:
         self._indices.append(index)
 
     def backward(self, squares: torch.Tensor) -> None:
-        """Stamp the modules whose gradients' sum of squares (float64, one
-        per module) is non-finite."""
-        stamps = torch.where(torch.isfinite(squares), NEVER, self.iteration)
-        torch.minimum(self.first[BACKWARD], stamps, out=self.first[BACKWARD])
+        """Take note of the gradients' sums of squares (float64, one per
+        module; non-finite where some element is)."""
+        self._history.append((self.iteration, ('modules', ), squares, None))
 
     def backward_parts(self, values: torch.Tensor, rows: torch.Tensor,
                        modules: torch.Tensor) -> None:
-        """Stamp module ``modules[k]`` if ``values[rows[k]]`` (one value
-        per gradient tensor: its norm) is non-finite."""
-        stamps = torch.where(torch.isfinite(values), NEVER, self.iteration)
-        self.first[BACKWARD].scatter_reduce_(0, modules, stamps[rows], 'amin')
+        """Take note of one value per gradient tensor (its norm): module
+        ``modules[k]`` is non-finite if ``values[rows[k]]`` is. ``rows``
+        and ``modules`` are kept by the caller for the same layout."""
+        self._history.append((self.iteration, ('parts', id(rows), id(modules)),
+                              values, (rows, modules)))
 
     def end_iteration(self) -> None:
-        """Stamp the iteration on the modules whose outputs were
-        non-finite, unless stamped before."""
+        """Keep the iteration's output sums (one ``stack``, no check yet:
+        the checks of up to ``FOLD_EVERY`` notes run batched)."""
         if self._sums:
-            key = tuple(self._indices)
-            index = self._index_cache.get(key)
-            if index is None:
-                if len(self._index_cache) >= 4:  # changing call patterns
-                    self._index_cache.clear()
-                index = self._index_cache[key] = torch.tensor(
-                    key, device=self.device)
-            sums = torch.stack(self._sums).to(self.device)
-            stamps = torch.where(torch.isfinite(sums), NEVER, self.iteration)
-            self.first[FORWARD].scatter_reduce_(0, index, stamps, 'amin')
+            key = ('outputs', tuple(self._indices))
+            self._history.append(
+                (self.iteration, key, torch.stack(self._sums), None))
         self._sums, self._indices = [], []
+        if len(self._history) >= FOLD_EVERY:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Stamp the notes kept so far into :attr:`first`: per kind of
+        note, one batched check (no host sync)."""
+        groups: Dict[tuple, list] = {}
+        for note in self._history:
+            groups.setdefault(note[1], []).append(note)
+        self._history = []
+        for key, notes in groups.items():
+            values = torch.stack([n[2].to(self.device) for n in notes])
+            iterations = torch.tensor([n[0] for n in notes],
+                                      device=self.device).unsqueeze(1)
+            stamps = torch.where(torch.isfinite(values), NEVER,
+                                 iterations).amin(0)
+            if key[0] == 'modules':
+                torch.minimum(
+                    self.first[BACKWARD], stamps, out=self.first[BACKWARD])
+            elif key[0] == 'parts':
+                rows, modules = notes[0][3]
+                self.first[BACKWARD].scatter_reduce_(0, modules, stamps[rows],
+                                                     'amin')
+            else:
+                self.first[FORWARD].scatter_reduce_(0, self._index(key[1]),
+                                                    stamps, 'amin')
+
+    def _index(self, indices: tuple) -> torch.Tensor:
+        index = self._index_cache.get(indices)
+        if index is None:
+            if len(self._index_cache) >= 4:  # changing call patterns
+                self._index_cache.clear()
+            index = self._index_cache[indices] = torch.tensor(
+                indices, device=self.device)
+        return index
 
     def reset(self) -> None:
-        """Forget the stamps (a new publication interval)."""
+        """Forget the stamps and notes (a new publication interval)."""
         self.first.fill_(NEVER)
+        self._history = []
 
     def take(self) -> Dict[str, Optional[Tuple[int, int, str]]]:
         """``{'forward': ..., 'backward': ...}``: the first non-finite module
         output in forward order and the first non-finite gradient in
         backward order (the reverse), each ``(iteration, position in forward
         order, module name)`` or None; forget them. Syncs the host."""
+        self._fold()
         first = self.first.tolist()
         self.reset()
         position = {index: i for i, index in enumerate(self.order)}
