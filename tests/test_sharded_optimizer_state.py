@@ -1,6 +1,7 @@
 """ModuleStatsHook(optimizer_state=True) under sharded training: real
 ``FlexibleRunner``s on 2 gloo processes, FSDP1 (``use_orig_params`` True
-and False) and FSDP2, AdamW (and SGD with momentum under FSDP2).
+and False) and FSDP2 (also as HSDP: two replicas), AdamW (and SGD with
+momentum under FSDP2).
 
 The model of ``tests/test_sharded.py`` puts a module wholly on one rank,
 cuts a parameter in two and leaves a rank's shard of some module empty.
@@ -124,12 +125,13 @@ def _train(rank, world, work_dir, strategy, optimizer):
     cfg.optim_wrapper = dict(
         optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.1) if optimizer ==
         'AdamW' else dict(type='SGD', lr=0.1, momentum=0.9))
-    if strategy == 'fsdp2':
+    if strategy.startswith('fsdp2'):
         cfg.strategy = dict(
             type='DDPStrategy',
             model_wrapper=dict(
                 type='mmstats.FullyShard',
-                blocks=r'backbone\.(stem|layer1)|head'))
+                blocks=r'backbone\.(stem|layer1)|head',
+                **(dict(replicas=2) if strategy == 'fsdp2_hsdp' else {})))
     else:
         cfg.strategy = dict(
             type='FSDPStrategy',
@@ -165,7 +167,7 @@ def _module_rows(step, name):
 
 
 CELLS = [('fsdp', 'AdamW'), ('fsdp_flat', 'AdamW'), ('fsdp2', 'AdamW'),
-         ('fsdp2', 'SGD')]
+         ('fsdp2', 'SGD'), ('fsdp2_hsdp', 'AdamW')]
 
 
 @pytest.mark.parametrize(
