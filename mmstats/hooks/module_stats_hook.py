@@ -211,10 +211,17 @@ class ModuleStatsHook(Hook):
 
     # -- setup -----------------------------------------------------------
     def before_run(self, runner: Runner) -> None:
-        """Refuse a strategy whose numbers were never checked; take the
-        publication rule: StatsCollectorHook's, or without one LoggerHook's
-        lines."""
+        """Refuse a strategy whose numbers were never checked (and
+        ``optimizer_state`` under DeepSpeed); take the publication rule:
+        StatsCollectorHook's, or without one LoggerHook's lines."""
         refuse_unchecked_strategy(runner, OWNER)
+        if self.optimizer_state and type(getattr(
+                runner, 'strategy', None)).__name__ == 'DeepSpeedStrategy':
+            raise RuntimeError(
+                'ModuleStatsHook: optimizer_state=True is not supported '
+                "under DeepSpeedStrategy (DeepSpeed keeps the optimizer's "
+                'state in its own partitions, which mmstats does not read); '
+                'set optimizer_state=False')
         self._collector_hook = find_hook(runner, StatsCollectorHook)
         self._schedule = None
         if self._collector_hook is None:

@@ -180,3 +180,21 @@ def test_argument_is_checked():
     with pytest.raises(TypeError, match='optimizer_state must be True or'):
         ModuleStatsHook(modules='head', optimizer_state=1)
     assert ModuleStatsHook(modules='head').optimizer_state is False
+
+
+class DeepSpeedStrategy:
+    """Stands in for mmengine's DeepSpeedStrategy: the hook looks at the
+    strategy's class name."""
+
+
+def test_deepspeed_is_refused_at_before_run():
+    from types import SimpleNamespace
+    hook = ModuleStatsHook(modules='head', optimizer_state=True)
+    with pytest.raises(
+            RuntimeError,
+            match='optimizer_state=True is not supported under '
+            'DeepSpeedStrategy.*set optimizer_state=False'):
+        hook.before_run(SimpleNamespace(strategy=DeepSpeedStrategy()))
+    # without the option, DeepSpeed passes this check
+    ModuleStatsHook(modules='head').before_run(
+        SimpleNamespace(strategy=DeepSpeedStrategy(), hooks=[]))
