@@ -30,6 +30,8 @@ NEVER = 2**62
 FORWARD, BACKWARD = 0, 1
 #: names listed in the text (sorted); the others are counted
 MAX_NAMES = 10
+#: ranks listed per finding; the others are counted
+MAX_RANKS = 8
 #: notes a watch keeps before checking them in one batch
 FOLD_EVERY = 64
 
@@ -222,7 +224,12 @@ def gather_origins(origin: dict) -> List[dict]:
 
 
 def _ranks(origins: List[dict]) -> str:
-    hosts = ', '.join(f"{o['rank']} ({o['host']})" for o in origins)
+    """``rank 1 (host)`` / ``ranks 0 (a), 1 (b)``: the first
+    ``MAX_RANKS``, then how many more."""
+    hosts = ', '.join(f"{o['rank']} ({o['host']})"
+                      for o in origins[:MAX_RANKS])
+    if len(origins) > MAX_RANKS:
+        hosts += f' and {len(origins) - MAX_RANKS} more'
     return f"rank{'s' if len(origins) > 1 else ''} {hosts}"
 
 

@@ -45,8 +45,8 @@ def reference(plants):
     order = [2, 0, 3, 1]  # forward order
     out = {}
     for kind, pick in (('forward', 0), ('backward', -1)):
-        found = sorted((at, order.index(i)) for at, k, i in plants
-                       if k == kind)
+        found = sorted(
+            (at, order.index(i)) for at, k, i in plants if k == kind)
         if not found:
             out[kind] = None
             continue
@@ -61,8 +61,9 @@ def reference(plants):
 @pytest.mark.parametrize('seed', range(4))
 def test_first_stamps_whatever_the_batching(fold_every, seed):
     rng = random.Random(seed)
-    plants = {(rng.randint(1, 150), rng.choice(['forward', 'backward']),
-               rng.randint(0, 3))
+    plants = {(rng.randint(1,
+                           150), rng.choice(['forward',
+                                             'backward']), rng.randint(0, 3))
               for _ in range(rng.randint(0, 6))}
     with patch.object(nonfinite, 'FOLD_EVERY', fold_every):
         assert run(plants) == reference(plants)
@@ -75,3 +76,17 @@ def test_reset_forgets():
     watch.end_iteration()
     watch.reset()
     assert watch.take() == dict(forward=None, backward=None)
+
+
+def test_the_text_stays_short_on_many_ranks():
+    from mmstats.stats.nonfinite import describe_origins
+    origins = [
+        dict(rank=r, host=f'h{r // 8}', names={'loss': 1}, modules=[])
+        for r in range(64)
+    ]
+    names = {f'n{i:02d}': 1 for i in range(12)}
+    names['loss'] = 64
+    text = describe_origins(origins, names)
+    assert 'loss (64 NaN/inf) on ranks 0 (h0), 1 (h0), 2 (h0), 3 (h0), ' \
+        '4 (h0), 5 (h0), 6 (h0), 7 (h0) and 56 more' in text
+    assert text.endswith('and 3 names more')
