@@ -27,9 +27,8 @@ import argparse
 import os.path as osp
 import statistics
 import sys
-from typing import Dict, List
-
 import time
+from typing import Dict, List
 
 import torch
 from mmengine.hooks import Hook
