@@ -94,7 +94,7 @@ def reference(rows):
     return out
 
 
-def train(work_dir, optimizer, dist=False, freeze=None):
+def train(work_dir, optimizer, dist=False, freeze=None, accumulative_counts=1):
     cfg = toy_cfg(
         work_dir,
         by_epoch=False,
@@ -113,6 +113,7 @@ def train(work_dir, optimizer, dist=False, freeze=None):
                 optimizer_state=True)
         ])
     cfg.optim_wrapper.optimizer = OPTIMIZERS[optimizer]
+    cfg.optim_wrapper.accumulative_counts = accumulative_counts
     if dist:
         gloo_launch(cfg)
     runner = Runner.from_cfg(cfg)
@@ -122,8 +123,10 @@ def train(work_dir, optimizer, dist=False, freeze=None):
     return recorder.steps
 
 
-def check(published, steps_per_rank, optimizer, frozen=None):
-    """``steps_per_rank``: per rank, {iteration: {name: rows}}."""
+def check(published, steps_per_rank, optimizer, frozen=None, step_of=None):
+    """``steps_per_rank``: per rank, {iteration: {name: rows}};
+    ``step_of``: {publication: iteration of the step it shows}."""
+    step_of = step_of or {it: it for it in PUBLISHED}
     world = len(steps_per_rank)
     with_state = sorted(it for it, record in published.items() if any(
         '/exp_avg' in k or '/momentum_buffer' in k for k in record))
@@ -135,7 +138,9 @@ def check(published, steps_per_rank, optimizer, frozen=None):
             expected = () if name == frozen else EXPECTED[optimizer]
             found = {stat for stat in ALL if f'{key}/{stat}/mean' in record}
             assert found == set(expected), (it, name, found)
-            refs = [reference(steps[it][name]) for steps in steps_per_rank]
+            refs = [
+                reference(steps[step_of[it]][name]) for steps in steps_per_rank
+            ]
             for stat in expected:
                 assert record[f'{key}/{stat}/num'] == world
                 # every rank's own recomputation gives the same number
@@ -163,6 +168,14 @@ def test_one_process(tmp_path, clean_mmengine, optimizer):
 def test_frozen_module_has_no_state(tmp_path, clean_mmengine):
     steps = train(tmp_path, 'AdamW', freeze='backbone.stem')
     check(scalars(tmp_path), [steps], 'AdamW', frozen='backbone.stem')
+
+
+def test_accumulation_shows_the_last_step(tmp_path, clean_mmengine):
+    """accumulative_counts=2: steps at 2, 4, 6; the publications after 3
+    and 6 show the state after the steps at 2 and 6."""
+    steps = train(tmp_path, 'AdamW', accumulative_counts=2)
+    assert sorted(steps) == [2, 4, 6]
+    check(scalars(tmp_path), [steps], 'AdamW', step_of={3: 2, 6: 6})
 
 
 def _worker(rank, world_size, work_dir, optimizer):
