@@ -217,7 +217,8 @@ BUGS = [
     Bug('NF3', "every rank named as having seen a name's NaN/inf",
         'mmstats/stats/nonfinite.py',
         "seen = [o for o in origins if o['names'].get(name)]",
-        'seen = origins', ('tests/test_hooks/test_nonfinite_origin.py', )),
+        'seen = origins',
+        ('tests/test_hooks/test_nonfinite_origin_dist.py', )),
 ]
 
 

@@ -1,14 +1,13 @@
-"""Where a NaN started: a NaN planted in one module's output on one rank at
-a chosen iteration, through real Runners (eager and compiled, 1 and 2
-gloo ranks). The FloatingPointError of ``on_nonfinite='raise'`` (the same
-text on every rank) names the ranks and hosts that saw each name's NaN/inf
-values and the first module whose output (forward order) and gradient
-(backward order) was non-finite, at which iteration, on which ranks; every
-part of it is recomputed from the raw losses, module outputs and gradients
-recorded beside the run. A healthy run gathers nothing and reads no
-flag."""
+"""Where a NaN started: a NaN planted in one module's output at a chosen
+iteration, through real Runners (eager and compiled; the 2-rank cases are
+in ``test_nonfinite_origin_dist.py``). The FloatingPointError of
+``on_nonfinite='raise'`` (the same text on every rank) names the ranks and
+hosts that saw each name's NaN/inf values and the first module whose output
+(forward order) and gradient (backward order) was non-finite, at which
+iteration, on which ranks; every part of it is recomputed from the raw
+losses, module outputs and gradients recorded beside the run. A healthy
+run gathers nothing and reads no flag."""
 import math
-import os.path as osp
 import socket
 from unittest.mock import patch
 
@@ -21,7 +20,6 @@ from mmengine.model import is_model_wrapper
 from mmengine.runner import Runner
 
 import mmstats.stats.nonfinite as nonfinite
-from tests.helpers.dist import run_distributed
 from tests.helpers.module_stats import MODULES, RawRecorder
 from tests.helpers.runner import gloo_launch, toy_cfg
 
@@ -179,44 +177,6 @@ def test_planted_on_the_instrumented_iteration(tmp_path, clean_mmengine):
     for part in expected([result], (6, )):
         assert part in result['raised'], (part, result['raised'])
     assert f"output: '{PLANTED}' at iteration 6" in result['raised']
-
-
-def _worker(rank, world_size, work_dir, compile, watch=True, iteration=5):
-    return train(
-        osp.join(work_dir, str(rank)),
-        watch,
-        iteration,
-        rank=1,
-        dist=True,
-        compile=compile)
-
-
-@pytest.mark.parametrize('compile', [False, True], ids=['eager', 'dynamo'])
-def test_two_ranks_raise_the_same_text(tmp_path, compile):
-    """Planted on rank 1 at iteration 5: its forward origin is rank 1's;
-    DDP spreads the NaN gradients to rank 0; both ranks raise the same
-    FloatingPointError at the same publication."""
-    ranks = run_distributed(_worker, 2, str(tmp_path), compile)
-    assert ranks[0]['raised'] is not None
-    assert ranks[0]['raised'] == ranks[1]['raised']
-    raised = ranks[0]['raised']
-    for part in expected(ranks, (4, 5, 6)):
-        assert part in raised, (part, raised)
-    assert f"output: '{PLANTED}' at iteration 5 on rank 1 ({HOST})" in raised
-    assert "(backward): 'head' at iteration 5 on ranks 0" in raised
-
-
-def test_two_ranks_name_only_the_rank_that_saw_it(tmp_path):
-    """Planted on rank 1 at the instrumented iteration 6, not watched:
-    only rank 1's loss and outputs are NaN (rank 0's forward ran on finite
-    weights); the text names rank 1 alone for them."""
-    ranks = run_distributed(_worker, 2, str(tmp_path), False, False, 6)
-    assert ranks[0]['raised'] == ranks[1]['raised']
-    raised = ranks[0]['raised']
-    for part in expected(ranks, (6, )):
-        assert part in raised, (part, raised)
-    assert f'loss (1 NaN/inf) on rank 1 ({HOST});' in raised
-    assert f"output: '{PLANTED}' at iteration 6 on rank 1 ({HOST})" in raised
 
 
 def test_a_healthy_run_gathers_and_reads_nothing(tmp_path, clean_mmengine):
