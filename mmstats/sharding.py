@@ -33,9 +33,13 @@ from torch import Tensor, nn
 from mmstats.dist import get_rank, get_world_size
 
 __all__ = [
-    'ParamPart', 'ParamLayout', 'sum_squares', 'is_sharded', 'unwrap_model',
-    'forward_modules', 'reshard'
+    'ParamPart', 'ParamLayout', 'sum_squares', 'segment_sum', 'is_sharded',
+    'unwrap_model', 'forward_modules', 'reshard'
 ]
+
+
+def _flat(tensor: Tensor) -> Tensor:
+    return tensor.detach().reshape(-1)
 
 
 class ParamPart:
@@ -50,6 +54,13 @@ class ParamPart:
             (a view, possibly empty).
         grad (Callable[[], Optional[Tensor]]): Returns the local part of the
             gradient, or None when there is none.
+        state (Callable[[Tensor], Tensor], optional): Maps a tensor the
+            optimizer keeps for ``optim_key`` (``exp_avg``, a momentum
+            buffer: shaped like its local part) to this part's elements
+            counted on this rank, flattened (empty where none are); None:
+            the optimizer's state of this layout cannot be read
+            (DeepSpeed keeps it in its own partitions). Defaults to
+            flattening it.
 
     Example:
         >>> from torch import nn
@@ -58,18 +69,25 @@ class ParamPart:
         ...                  lambda: net.weight.grad)
         >>> part.weight().shape, part.grad()
         (torch.Size([1, 2]), None)
+        >>> part.state(torch.ones(1, 2)).shape
+        torch.Size([2])
     """
 
-    __slots__ = ('module', 'trainable', 'optim_key', 'weight', 'grad')
+    __slots__ = ('module', 'trainable', 'optim_key', 'weight', 'grad', 'state')
 
-    def __init__(self, module: nn.Module, trainable: bool, optim_key: Tensor,
+    def __init__(self,
+                 module: nn.Module,
+                 trainable: bool,
+                 optim_key: Tensor,
                  weight: Callable[[], Tensor],
-                 grad: Callable[[], Optional[Tensor]]) -> None:
+                 grad: Callable[[], Optional[Tensor]],
+                 state: Optional[Callable[[Tensor], Tensor]] = _flat) -> None:
         self.module = module
         self.trainable = trainable
         self.optim_key = optim_key
         self.weight = weight
         self.grad = grad
+        self.state = state
 
 
 def _plain_part(module: nn.Module, param: Tensor, counted: bool) -> ParamPart:
@@ -93,7 +111,7 @@ def _uncounted(module: nn.Module, param: Tensor, optim_key: Tensor,
         return None if whole_grad() is None else empty
 
     return ParamPart(module, optim_key.requires_grad, optim_key, lambda: empty,
-                     grad)
+                     grad, lambda tensor: empty)
 
 
 def _dtensor_part(module: nn.Module, param: Tensor) -> ParamPart:
@@ -112,12 +130,17 @@ def _dtensor_part(module: nn.Module, param: Tensor) -> ParamPart:
     def grad(p=param):
         return None if p.grad is None else p.grad.to_local()
 
+    def state(tensor: Tensor) -> Tensor:  # a DTensor placed like param
+        return _flat(
+            tensor.to_local() if hasattr(tensor, 'to_local') else tensor)
+
     return ParamPart(
         module,
         param.requires_grad,
         param,
         lambda p=param: p.detach().to_local(),
-        grad)
+        grad,
+        state)
 
 
 def _check_spans_world(size: int, what: str) -> None:
@@ -171,10 +194,16 @@ def _fsdp1_parts(unit: nn.Module, rank: int, seen: set) -> List[ParamPart]:
         stop = start + shard.numel_in_shard
         parts.append(
             ParamPart(
-                info.module, key.requires_grad, key,
+                info.module,
+                key.requires_grad,
+                key,
                 _slice(
                     lambda h=handle: _local_shard(h.flat_param), start, stop),
-                _slice(whole_grad, start, stop)))
+                _slice(whole_grad, start, stop),
+                # the optimizer's state of an original parameter is shaped
+                # like its local view; of the flat parameter, like the shard
+                _flat if original is not None else
+                (lambda tensor, a=start, b=stop: _flat(tensor)[a:b])))
     return parts
 
 
@@ -218,7 +247,7 @@ def _zero3_part(module: nn.Module, param: Tensor) -> ParamPart:
         return None if local is None else local.reshape(-1).narrow(
             0, 0, size())
 
-    return ParamPart(module, param.requires_grad, param, weight, grad)
+    return ParamPart(module, param.requires_grad, param, weight, grad, None)
 
 
 def _zero12_part(module: nn.Module, param: Tensor) -> ParamPart:
@@ -242,7 +271,7 @@ def _zero12_part(module: nn.Module, param: Tensor) -> ParamPart:
         return mapping.get_lp_grad_fragment(
             p._index_in_param_group).reshape(-1)
 
-    return ParamPart(module, param.requires_grad, param, weight, grad)
+    return ParamPart(module, param.requires_grad, param, weight, grad, None)
 
 
 class ParamLayout:
@@ -344,11 +373,29 @@ def sum_squares(tensors: Sequence[Tensor],
         >>> [round(x, 9) for x in out.tolist()]  # 0: 4 + 4; 1: 1 + 1 + 1 + 8
         [8.0, 11.0]
     """
-    out = torch.zeros(num_segments, dtype=torch.float64, device=device)
     if not tensors:
-        return out
+        return torch.zeros(num_segments, dtype=torch.float64, device=device)
     squares = torch.stack(
         torch._foreach_norm(list(tensors), 2, dtype=torch.float64)).square()
+    return segment_sum(squares, segments, num_segments)
+
+
+def segment_sum(values: Tensor, segments: Sequence[Union[int, Sequence[int]]],
+                num_segments: int) -> Tensor:
+    """Per segment, the float64 sum of ``values[i]`` over the ``i`` whose
+    ``segments[i]`` is (or contains) it; 0 for an empty segment; one
+    ``index_add_``, no host sync.
+
+    Example:
+        >>> import torch
+        >>> out = segment_sum(torch.tensor([1., 2., 4.]), [0, (0, 1), 1], 3)
+        >>> out.tolist()
+        [3.0, 6.0, 0.0]
+    """
+    out = torch.zeros(num_segments, dtype=torch.float64, device=values.device)
+    if not len(segments):
+        return out
+    values = values.to(torch.float64)
     if all(isinstance(s, int) for s in segments):
         index = list(segments)
     else:
@@ -356,12 +403,11 @@ def sum_squares(tensors: Sequence[Tensor],
             i for i, s in enumerate(segments)
             for _ in ((s, ) if isinstance(s, int) else s)
         ]
-        squares = squares[torch.tensor(rows, device=squares.device)]
+        values = values[torch.tensor(rows, device=values.device)]
         index = [
             t for s in segments for t in ((s, ) if isinstance(s, int) else s)
         ]
-    return out.index_add_(0, torch.tensor(index, device=squares.device),
-                          squares)
+    return out.index_add_(0, torch.tensor(index, device=values.device), values)
 
 
 def is_sharded(model: nn.Module) -> bool:

@@ -271,6 +271,44 @@ BUGS = [
         'mmstats/hooks/throughput_hook.py',
         'self._folded[name] = max(value, self._folded.get(name, 0.0))', 'pass',
         ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('OS1', 'exp_avg_sq_sqrt_norm from the L2 norm of v, not its sum',
+        'mmstats/hooks/module_stats_hook.py',
+        'torch._foreach_norm(values, 1, dtype=torch.float64)',
+        'torch._foreach_norm(values, 2, dtype=torch.float64)',
+        ('tests/test_hooks/test_module_stats_optimizer.py', )),
+    Bug('OS2', "FSDP1 flat optimizer state cut at the shard's start",
+        'mmstats/sharding.py',
+        '(lambda tensor, a=start, b=stop: _flat(tensor)[a:b])',
+        '(lambda tensor, a=start, b=stop: _flat(tensor)[:b - a])',
+        ('tests/test_sharded_optimizer_state.py', )),
+    Bug('OS3', 'absent optimizer states published (as zeros)',
+        'mmstats/hooks/module_stats_hook.py',
+        "if row(f'{state}:count', segment) == 0:", 'if False:',
+        ('tests/test_hooks/test_module_stats_optimizer.py', )),
+    Bug(
+        'NF1', 'the watch stamps the last noted iteration of a batch, not '
+        'the first', 'mmstats/stats/nonfinite.py',
+        'stamps = torch.where(torch.isfinite(values), NEVER,\n'
+        '                                 iterations).amin(0)',
+        'stamps = torch.where(torch.isfinite(values), NEVER,\n'
+        '                                 iterations)[-1]',
+        ('tests/test_hooks/test_nonfinite_origin.py', )),
+    Bug('NF2', 'the backward origin taken in forward order',
+        'mmstats/stats/nonfinite.py', 'sign = 1 if row == FORWARD else -1',
+        'sign = 1', ('tests/test_hooks/test_nonfinite_origin.py', )),
+    Bug(
+        'NF4', 'the watch tests its notes on the host every iteration',
+        'mmstats/stats/nonfinite.py',
+        '        if len(self._history) >= FOLD_EVERY:\n',
+        '        if len(self._history) >= FOLD_EVERY or not all(\n'
+        '                torch.isfinite(n[2]).all()\n'
+        '                for n in self._history):\n',
+        ('tests/test_hooks/test_health_host_reads.py', )),
+    Bug('NF3', "every rank named as having seen a name's NaN/inf",
+        'mmstats/stats/nonfinite.py',
+        "seen = [o for o in origins if o['names'].get(name)]",
+        'seen = origins',
+        ('tests/test_hooks/test_nonfinite_origin_dist.py', )),
 ]
 
 

@@ -47,6 +47,7 @@ in ``before_train`` and run eagerly even inside a compiled ``train_step``
 nothing of them).
 """
 import itertools
+import math
 import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -61,21 +62,27 @@ from torch import Tensor, nn
 from torch.fx.node import has_side_effect
 
 from mmstats.registry import HOOKS
-from mmstats.sharding import ParamLayout, ParamPart, sum_squares, unwrap_model
+from mmstats.sharding import (ParamLayout, ParamPart, segment_sum, sum_squares,
+                              unwrap_model)
 from mmstats.stats import report
-from mmstats.utils.args import check_names, check_str, compile_regex
+from mmstats.stats.nonfinite import NonfiniteWatch
+from mmstats.utils.args import (check_bool, check_names, check_str,
+                                compile_regex)
 from .schedule import PublicationSchedule, find_hook
 from .stats_collector_hook import StatsCollectorHook
 from .strategies import refuse_unchecked_strategy
 
 __all__ = [
     'ModuleStatsHook', 'MODULE_STATS', 'ActivationProbes', 'StepProbe',
-    'in_backward', 'floating_tensors'
+    'in_backward', 'floating_tensors', 'FIRST_MOMENTS', 'SECOND_MOMENTS'
 ]
 
 DATA_BATCH = Optional[Union[dict, tuple, list]]
 OWNER = 'ModuleStatsHook'
 MODULE_STATS = ('act', 'grad_norm', 'weight_norm', 'update_ratio')
+#: optimizer states read with ``optimizer_state=True``
+FIRST_MOMENTS = ('exp_avg', 'momentum_buffer')  # norm, cosine with the grad
+SECOND_MOMENTS = ('exp_avg_sq', )  # sqrt of the sum: ||sqrt(v)||
 
 
 @HOOKS.register_module()
@@ -106,7 +113,16 @@ class ModuleStatsHook(Hook):
       many optimizer steps the GradScaler skipped (non-finite gradients)
       since the previous publication;
     - ``<prefix>/instrument_ms``: the host time spent by the
-      instrumentation on that iteration.
+      instrumentation on that iteration;
+    - with ``optimizer_state=True``, right after the optimizer step, over
+      the module's parameters that had a gradient and keep the state:
+      ``<prefix>/<name>/exp_avg_norm`` (``||m||``) and
+      ``<prefix>/<name>/exp_avg_cos`` (``cos(grad, m)``) of Adam-like
+      optimizers, ``<prefix>/<name>/exp_avg_sq_sqrt_norm``
+      (``||sqrt(v)|| = sqrt(sum(v))``), and for SGD with momentum
+      ``<prefix>/<name>/momentum_buffer_norm`` and
+      ``<prefix>/<name>/momentum_buffer_cos``. A state the optimizer does
+      not keep gives no name (``docs/optimizer_state.md``).
 
     Forward hooks and optimizer step hooks (one pair per optimizer, so an
     ``OptimWrapperDict`` works too) are registered once in ``before_train``,
@@ -128,6 +144,14 @@ class ModuleStatsHook(Hook):
             (activations cost the most: one reduction of every output
             element). Defaults to all of them.
         prefix (str): Prefix of the reported names. Defaults to 'modules'.
+        optimizer_state (bool): Also report the norms of the optimizer's
+            first and second moments and the cosine between gradient and
+            first moment, read after the step. Defaults to False.
+        watch_nonfinite (bool): Check every iteration (not only the
+            instrumented ones) which matched module first produced a
+            NaN/inf output or gradient: flags accumulate on the device and
+            are read only when a publication finds non-finite values
+            (``docs/nonfinite.md``). Defaults to False.
 
     Example:
         >>> custom_hooks = [
@@ -146,7 +170,9 @@ class ModuleStatsHook(Hook):
     def __init__(self,
                  modules: str,
                  stats: Sequence[str] = MODULE_STATS,
-                 prefix: str = 'modules') -> None:
+                 prefix: str = 'modules',
+                 optimizer_state: bool = False,
+                 watch_nonfinite: bool = False) -> None:
         check_str(OWNER, 'modules', modules, r'backbone\.layer\d')
         self.pattern = compile_regex(
             OWNER,
@@ -159,6 +185,10 @@ class ModuleStatsHook(Hook):
             f'a non-empty list of {MODULE_STATS}, e.g. '
             'stats=("act", "grad_norm")')
         check_str(OWNER, 'prefix', prefix, 'modules')
+        self.optimizer_state = check_bool(OWNER, 'optimizer_state',
+                                          optimizer_state)
+        self.watch_nonfinite = check_bool(OWNER, 'watch_nonfinite',
+                                          watch_nonfinite)
         self.modules = modules
         self.prefix = prefix
         # built in before_train
@@ -167,6 +197,9 @@ class ModuleStatsHook(Hook):
         # the rule without a StatsCollectorHook
         self._schedule: Optional[PublicationSchedule] = None
         self._acts: Optional[ActivationProbes] = None
+        self._watch: Optional[NonfiniteWatch] = None
+        self._watched = False  # the watch saw this iteration
+        self._reset_watch = False  # a publication was checked: new interval
         self._steps: List[StepProbe] = []
         self._totals: List[str] = []  # total_grad_norm name per probe
         self._layout: Optional[ParamLayout] = None
@@ -178,10 +211,17 @@ class ModuleStatsHook(Hook):
 
     # -- setup -----------------------------------------------------------
     def before_run(self, runner: Runner) -> None:
-        """Refuse a strategy whose numbers were never checked; take the
-        publication rule: StatsCollectorHook's, or without one LoggerHook's
-        lines."""
+        """Refuse a strategy whose numbers were never checked (and
+        ``optimizer_state`` under DeepSpeed); take the publication rule:
+        StatsCollectorHook's, or without one LoggerHook's lines."""
         refuse_unchecked_strategy(runner, OWNER)
+        if self.optimizer_state and type(getattr(
+                runner, 'strategy', None)).__name__ == 'DeepSpeedStrategy':
+            raise RuntimeError(
+                'ModuleStatsHook: optimizer_state=True is not supported '
+                "under DeepSpeedStrategy (DeepSpeed keeps the optimizer's "
+                'state in its own partitions, which mmstats does not read); '
+                'set optimizer_state=False')
         self._collector_hook = find_hook(runner, StatsCollectorHook)
         self._schedule = None
         if self._collector_hook is None:
@@ -219,8 +259,13 @@ class ModuleStatsHook(Hook):
         self._weights = [(tuple(segments), self._layout.parts[i])
                          for i, segments in owners.items()]
         self._device = next(model.parameters(), torch.zeros(0)).device
-        if 'act' in self.stats:
-            self._acts = ActivationProbes(self.targets, self.prefix)
+        self._watch = NonfiniteWatch(list(self.targets), self._device)
+        if 'act' in self.stats or self.watch_nonfinite:
+            self._acts = ActivationProbes(
+                self.targets,
+                self.prefix,
+                watch=self._watch,
+                report_acts='act' in self.stats)
             if not in_backward.available:
                 print_log(
                     'ModuleStatsHook: this torch cannot tell a backward '
@@ -243,7 +288,8 @@ class ModuleStatsHook(Hook):
                     wrapper, self.stats):
                 continue
             self._steps.append(
-                StepProbe(wrapper, parts, total + 1, self.stats, self._device))
+                StepProbe(wrapper, parts, total + 1, self.stats, self._device,
+                          self.optimizer_state, self._watch))
             self._totals.append(f'{self.prefix}/total_grad_norm' +
                                 (f'.{key}' if key else ''))
         for probe in self._steps:
@@ -257,9 +303,21 @@ class ModuleStatsHook(Hook):
                     'current',
                     level=30)
                 probe.stats, probe.amp = [], False
+        for probe in self._steps:
+            if probe.optimizer_state and (probe.engine is not None
+                                          or any(part.state is None
+                                                 for _, part in probe.parts)):
+                print_log(
+                    'ModuleStatsHook: DeepSpeed keeps the optimizer state in '
+                    'its own partitions: no optimizer_state statistics for '
+                    f'{type(probe.optim_wrapper.optimizer).__name__}',
+                    'current',
+                    level=30)
+                probe.optimizer_state = False
         for index in reversed(range(len(self._steps))):
             probe = self._steps[index]
-            if not (probe.stats or probe.amp):
+            if not (probe.stats or probe.amp or probe.optimizer_state
+                    or self.watch_nonfinite):
                 probe.remove()  # nothing to take at its steps
                 del self._steps[index], self._totals[index]
 
@@ -290,12 +348,21 @@ class ModuleStatsHook(Hook):
         """Arm the probes on an iteration the statistics are published
         after (the step probes: on the last optimizer step up to it)."""
         start = time.perf_counter()
+        if self._reset_watch:  # the previous publication was checked
+            self._watch.reset()
+            self._reset_watch = False
         self._publishes = self.publishes_after(runner, batch_idx)
         for probe in self._steps:
             probe.begin_iteration(
-                self._steps_armed(runner, batch_idx, probe.optim_wrapper))
+                self._steps_armed(runner, batch_idx, probe.optim_wrapper),
+                self.watch_nonfinite)
         if self._acts is not None:
             self._acts.armed = self._publishes
+            self._acts.watching = self.watch_nonfinite
+        self._watched = self.watch_nonfinite or self._publishes or any(
+            p.armed for p in self._steps)
+        if self._watched:
+            self._watch.begin_iteration(runner.iter + 1)
         if self._publishes or any(p.armed for p in self._steps):
             self._cost += time.perf_counter() - start
 
@@ -315,8 +382,11 @@ class ModuleStatsHook(Hook):
             self._acts.armed = False
             self._cost += self._acts.cost
             self._acts.cost = 0.0
+        if self._watched:
+            self._watch.end_iteration()
         if not self._publishes:
             return
+        self._reset_watch = True
         self._report_norms()
         if any(p.amp for p in self._steps):
             report(f'{self.prefix}/amp_skipped_steps', float(self._skipped))
@@ -328,6 +398,17 @@ class ModuleStatsHook(Hook):
     def after_train(self, runner: Runner) -> None:
         """Remove every forward and optimizer step hook."""
         self.remove()
+
+    def nonfinite_origin(self) -> List[dict]:
+        """What this rank's watch saw since the previous publication: the
+        first non-finite module output (forward order) and gradient
+        (backward order), each ``(iteration, position, module)`` or None.
+        Called by StatsCollectorHook on every rank when the reduced
+        statistics found NaN/inf values; reads device flags (a host sync).
+        """
+        if self._watch is None:
+            return []
+        return [dict(self._watch.take(), every_iteration=self.watch_nonfinite)]
 
     def remove(self) -> None:
         """Remove every forward and optimizer step hook."""
@@ -344,6 +425,11 @@ class ModuleStatsHook(Hook):
         in one collective when the model is sharded."""
         taken = [probe.take() for probe in self._steps]
         rows = [squares.flatten() for squares, _ in taken]
+        moments = [
+            probe.take_moments() for probe in self._steps
+            if probe.optimizer_state
+        ]
+        rows += [sums.flatten() for sums in moments]
         if 'weight_norm' in self.stats and self._weights:
             rows.append(
                 sum_squares([part.weight() for _, part in self._weights],
@@ -354,9 +440,14 @@ class ModuleStatsHook(Hook):
         payload = torch.cat(rows)
         if self._layout.sharded:
             all_reduce(payload, op='sum')  # every rank, same shape
-        norms = payload.sqrt_()
         names = list(self.targets)
         size = 3 * (len(names) + 1)
+        if moments:
+            start = len(taken) * size
+            stop = start + len(moments) * len(MOMENT_ROWS) * (len(names) + 1)
+            self._report_moments(payload[start:stop].tolist(), len(moments))
+            payload = torch.cat([payload[:start], payload[stop:]])
+        norms = payload.sqrt_()
         for index, (_, present) in enumerate(taken):
             squares = norms[index * size:(index + 1) * size].view(3, -1)
             for segment in present:
@@ -378,6 +469,37 @@ class ModuleStatsHook(Hook):
                  for s in segments}):
                 report(f'{self.prefix}/{names[segment]}/weight_norm',
                        weights[segment])
+
+    def _report_moments(self, sums: List[float], num_probes: int) -> None:
+        """Report the optimizer-state norms and cosines from the (reduced)
+        sums of :meth:`StepProbe.take_moments`, read to the host at the
+        publication: a name is reported where some rank's parameters keep
+        that state, a cosine where neither vector is zero."""
+        names = list(self.targets)
+        width = len(names) + 1
+        for probe in range(num_probes):
+            block = sums[probe * len(MOMENT_ROWS) * width:]
+
+            def row(name: str, segment: int) -> float:
+                return block[MOMENT_ROWS.index(name) * width + segment]
+
+            for segment, module in enumerate(names):
+                key = f'{self.prefix}/{module}'
+                for state in FIRST_MOMENTS:
+                    if row(f'{state}:count', segment) == 0:
+                        continue
+                    squares = row(f'{state}:squares', segment)
+                    report(f'{key}/{state}_norm', math.sqrt(squares))
+                    grads = row(f'{state}:grad_squares', segment)
+                    if squares > 0 and grads > 0:
+                        report(
+                            f'{key}/{state}_cos',
+                            row(f'{state}:dot', segment) /
+                            math.sqrt(squares * grads))
+                for state in SECOND_MOMENTS:
+                    if row(f'{state}:count', segment) > 0:
+                        report(f'{key}/{state}_sqrt_norm',
+                               math.sqrt(row(f'{state}:sum', segment)))
 
 
 def _deepspeed(wrapper: Any, stats: Sequence[str]) -> bool:
@@ -472,12 +594,18 @@ in_backward.available = _graph_task_id is not None
 
 class ActivationProbes:
     """One forward hook per module, registered at construction and kept
-    until :meth:`remove`; outputs are reported only while :attr:`armed`.
+    until :meth:`remove`; outputs are reported only while :attr:`armed`,
+    and checked for NaN/inf by ``watch`` while :attr:`armed` or
+    :attr:`watching`.
 
     Args:
         modules (dict[str, nn.Module]): The modules by name.
         prefix (str): Outputs of module ``name`` are reported as
             ``<prefix>/<name>/act``.
+        watch (NonfiniteWatch, optional): Told of every output seen (module
+            indices in the order of ``modules``). Defaults to None.
+        report_acts (bool): Whether to report the outputs (or only watch
+            them). Defaults to True.
 
     Example:
         >>> import torch
@@ -494,9 +622,20 @@ class ActivationProbes:
         8.0
     """
 
-    def __init__(self, modules: Dict[str, nn.Module], prefix: str) -> None:
+    def __init__(self,
+                 modules: Dict[str, nn.Module],
+                 prefix: str,
+                 watch: Optional[NonfiniteWatch] = None,
+                 report_acts: bool = True) -> None:
         self.armed = False
+        self.watching = False  # watch every iteration, not only armed ones
+        self.watch = watch
+        self.report_acts = report_acts
         self.cost = 0.0  # host seconds spent recording, reset by the owner
+        self._index = {
+            f'{prefix}/{name}/act': i
+            for i, name in enumerate(modules)
+        }
         self.id = next(_IDS)
         _PROBES[self.id] = self
         self._handles: List[torch.utils.hooks.RemovableHandle] = [
@@ -511,19 +650,22 @@ class ActivationProbes:
             if torch.compiler.is_compiling():
                 for tensor in floating_tensors(output):
                     torch.ops.mmstats.module_act(tensor, probes, key)
-            elif self.armed:
+            elif self.armed or self.watching:
                 for tensor in floating_tensors(output):
                     self.record(key, tensor)
 
         return forward_hook
 
     def record(self, key: str, tensor: torch.Tensor) -> None:
-        """Report ``tensor`` under ``key`` if armed and not a checkpoint's
-        recomputation."""
-        if not self.armed or in_backward():
+        """Report ``tensor`` under ``key`` if armed (and watch it if armed
+        or watching), unless it is a checkpoint's recomputation."""
+        if not (self.armed or self.watching) or in_backward():
             return
         start = time.perf_counter()
-        report(key, tensor.detach())
+        if self.watch is not None:
+            self.watch.forward(self._index[key], tensor.detach())
+        if self.armed and self.report_acts:
+            report(key, tensor.detach())
         self.cost += time.perf_counter() - start
 
     def remove(self) -> None:
@@ -531,13 +673,20 @@ class ActivationProbes:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self.armed = False
+        self.armed = self.watching = False
         _PROBES.pop(self.id, None)
 
 
 # -- step probes --------------------------------------------------------
 # rows of StepProbe.squares
 GRAD, UPDATE, BEFORE = 0, 1, 2
+# rows of StepProbe.moments: per first moment m, the sums of m**2, of
+# grad * m, of grad**2 and the number of parameter parts keeping m; per
+# second moment v, the sum of v and that number
+MOMENT_ROWS = tuple(f'{state}:{row}' for state in FIRST_MOMENTS
+                    for row in ('squares', 'dot', 'grad_squares', 'count')) + \
+    tuple(f'{state}:{row}' for state in SECOND_MOMENTS
+          for row in ('sum', 'count'))
 
 
 class StepProbe:
@@ -554,6 +703,12 @@ class StepProbe:
         stats (Sequence[str]): Which of ``grad_norm`` and ``update_ratio``
             to take.
         device (torch.device): Where the sums live.
+        optimizer_state (bool): Whether to take the sums of the optimizer's
+            moments (``MOMENT_ROWS``) after an armed step. Defaults to
+            False.
+        watch (NonfiniteWatch, optional): Told of the gradients' sums of
+            squares of the first ``len(watch.names)`` segments at armed or
+            watched steps. Defaults to None.
 
     Example:
         >>> import torch
@@ -575,11 +730,20 @@ class StepProbe:
         >>> probe.remove()
     """
 
-    def __init__(self, optim_wrapper: OptimWrapper,
-                 parts: List[Tuple[Tuple[int, ...],
-                                   ParamPart]], num_segments: int,
-                 stats: Sequence[str], device: torch.device) -> None:
+    def __init__(self,
+                 optim_wrapper: OptimWrapper,
+                 parts: List[Tuple[Tuple[int, ...], ParamPart]],
+                 num_segments: int,
+                 stats: Sequence[str],
+                 device: torch.device,
+                 optimizer_state: bool = False,
+                 watch: Optional[NonfiniteWatch] = None) -> None:
         self.optim_wrapper = optim_wrapper
+        self.optimizer_state = optimizer_state
+        self.watch = watch
+        self.watching = False
+        self._watch_index: Dict[tuple, Tuple[Tensor, Tensor]] = {}
+        self._watch_clipped: Optional[tuple] = None
         optimizer = optim_wrapper.optimizer
         #: the DeepSpeed engine (its optimizer owns every parameter)
         self.engine = getattr(optim_wrapper, '_model', None)
@@ -605,6 +769,9 @@ class StepProbe:
         self.squares: Optional[Tensor] = None
         #: the segments that had a gradient at that step
         self.present: List[int] = []
+        #: (len(MOMENT_ROWS), num_segments) float64 sums of the optimizer's
+        #: moments after the last armed step that happened, or None
+        self.moments: Optional[Tensor] = None
         self._count_before = 0
         self._before: Optional[tuple] = None
         self._clipped: Optional[tuple] = None
@@ -624,9 +791,12 @@ class StepProbe:
             optim_wrapper._clip_grad = torch.compiler.disable(self._clip_grad)
 
     # -- per iteration (called by the hook, outside compiled code) --------
-    def begin_iteration(self, armed: bool) -> None:
-        """Arm (or not) the statistics of this iteration's steps."""
-        self.armed = armed and bool(self.stats) and bool(self.parts)
+    def begin_iteration(self, armed: bool, watching: bool = False) -> None:
+        """Arm (or not) the statistics of this iteration's steps; watch
+        (or not) their gradients for NaN/inf."""
+        self.watching = watching and self.watch is not None
+        self.armed = armed and bool(
+            self.stats or self.optimizer_state) and bool(self.parts)
         self.calls = 0
         self._count_before = getattr(self.optim_wrapper, '_inner_count', 0)
 
@@ -634,7 +804,7 @@ class StepProbe:
         """Disarm; return how many due steps the GradScaler skipped in this
         iteration (0 without AMP)."""
         self.armed = False
-        self._before = self._clipped = None
+        self._before = self._clipped = self._watch_clipped = None
         if not self.amp:
             return 0
         wrapper = self.optim_wrapper
@@ -652,6 +822,18 @@ class StepProbe:
             squares = torch.zeros(
                 3, self.num_segments, dtype=torch.float64, device=self.device)
         return squares, present
+
+    def take_moments(self) -> Tensor:
+        """The sums of the optimizer's moments after the last armed step
+        (zeros if none happened on this rank); forget them."""
+        moments, self.moments = self.moments, None
+        if moments is None:
+            moments = torch.zeros(
+                len(MOMENT_ROWS),
+                self.num_segments,
+                dtype=torch.float64,
+                device=self.device)
+        return moments
 
     def remove(self) -> None:
         """Remove the step hooks (and the clipping probe)."""
@@ -693,21 +875,67 @@ class StepProbe:
         if boundary:
             self._post_step(None, (), {})
 
+    def _watch_grads(self) -> Optional[Tuple[Tensor, Tensor, Tensor]]:
+        """The arguments of :meth:`NonfiniteWatch.backward_parts`: one
+        norm per gradient tensor (float32 for half gradients), mapped to
+        the targets by an index cached per layout of present gradients
+        (None without gradients)."""
+        found = self._with_grad()
+        if not found:
+            return None
+        key = tuple(segments for segments, _, _ in found)
+        index = self._watch_index.get(key)
+        if index is None:
+            targets = len(self.watch.names)
+            if len(self._watch_index) >= 4:  # changing layouts: stay bounded
+                self._watch_index.clear()
+            index = self._watch_index[key] = tuple(
+                torch.tensor(column, dtype=torch.long, device=self.device)
+                for column in (
+                    [i for i, s in enumerate(key) for t in s if t < targets],
+                    [t for s in key for t in s if t < targets]))
+        grads = [grad for _, _, grad in found]
+        half = any(g.dtype in (torch.float16, torch.bfloat16) for g in grads)
+        norms = torch.stack(
+            torch._foreach_norm(
+                grads, 2, dtype=torch.float32 if half else None))
+        return (norms.to(self.device), ) + index
+
+    def _takes_grads(self) -> bool:
+        """Whether this step's gradients are read: for the statistics, or
+        for the watch (on an armed or watched iteration)."""
+        return (self.armed
+                and bool(self.stats)) or (self.watch is not None and
+                                          (self.armed or self.watching))
+
     def _clip_grad(self) -> None:
-        if self.armed:
+        if self._takes_grads():  # before clipping, kept if the step happens
             start = time.perf_counter()
-            self._clipped = self._take_grads()
+            if self.armed and self.stats:
+                self._clipped = self._take_grads()
+            else:
+                self._watch_clipped = self._watch_grads()
             self.cost += time.perf_counter() - start
         self._clip()
 
     def _pre_step(self, optimizer, args, kwargs) -> None:
         self.calls += 1
-        if not self.armed:
+        if not self._takes_grads():
             return
         start = time.perf_counter()
+        if not (self.armed and self.stats):  # watched only: the cheap check
+            checked, self._watch_clipped = self._watch_clipped, None
+            if checked is None:
+                checked = self._watch_grads()
+            if checked is not None:  # the step happens: its gradients count
+                self.watch.backward_parts(*checked)
+            self.cost += time.perf_counter() - start
+            return
         grads, found = (
             self._clipped if self._clipped is not None else self._take_grads())
         self._clipped = None
+        if self.watch is not None:
+            self.watch.backward(grads[:len(self.watch.names)])
         self.squares = torch.zeros(
             3, self.num_segments, dtype=torch.float64, device=self.device)
         self.squares[GRAD] = grads
@@ -723,9 +951,66 @@ class StepProbe:
         self.cost += time.perf_counter() - start
 
     def _post_step(self, optimizer, args, kwargs) -> None:
-        if self._before is None or self.squares is None:
+        if not self.armed:
             return
         start = time.perf_counter()
+        if self.optimizer_state:
+            self.moments = self._moment_sums()
+        if self._before is not None and self.squares is not None:
+            self._update_sums()
+        self.cost += time.perf_counter() - start
+
+    def _moment_sums(self) -> Tensor:
+        """Per segment, the ``MOMENT_ROWS`` sums over the local parts of
+        the parameters that have a gradient and keep the state, read from
+        ``optimizer.state`` after the step."""
+        states = self.optim_wrapper.optimizer.state
+        found: Dict[str, list] = {
+            s: []
+            for s in FIRST_MOMENTS + SECOND_MOMENTS
+        }
+        for segments, part in self.parts:
+            entry = states.get(part.optim_key)
+            grad = part.grad() if entry else None
+            if grad is None:
+                continue
+            for name, lists in found.items():
+                value = entry.get(name)
+                if isinstance(value, Tensor):
+                    lists.append((segments, part.state(value),
+                                  grad.detach().reshape(-1)))
+        out = torch.zeros(
+            len(MOMENT_ROWS),
+            self.num_segments,
+            dtype=torch.float64,
+            device=self.device)
+        for name, lists in found.items():
+            if not lists:
+                continue
+            segments = [s for s, _, _ in lists]
+            values = [v for _, v, _ in lists]
+            row = MOMENT_ROWS.index(f'{name}:count')
+            out[row] = segment_sum(
+                torch.ones(len(lists), device=self.device), segments,
+                self.num_segments)
+            if name in SECOND_MOMENTS:  # v >= 0: its L1 norm is its sum
+                out[MOMENT_ROWS.index(f'{name}:sum')] = segment_sum(
+                    torch.stack(
+                        torch._foreach_norm(values, 1, dtype=torch.float64)),
+                    segments, self.num_segments)
+                continue
+            grads = [g for _, _, g in lists]
+            out[MOMENT_ROWS.index(f'{name}:squares')] = sum_squares(
+                values, segments, self.num_segments, self.device)
+            out[MOMENT_ROWS.index(f'{name}:dot')] = segment_sum(
+                torch.stack([(g * v).sum(dtype=torch.float64)
+                             for g, v in zip(grads, values)]), segments,
+                self.num_segments)
+            out[MOMENT_ROWS.index(f'{name}:grad_squares')] = sum_squares(
+                grads, segments, self.num_segments, self.device)
+        return out
+
+    def _update_sums(self) -> None:
         (parts, before), self._before = self._before, None
         after = [part.weight() for _, part in parts]
         segments = [segments for segments, _ in parts]
@@ -734,7 +1019,6 @@ class StepProbe:
             self.device)
         self.squares[BEFORE] = sum_squares(before, segments, self.num_segments,
                                            self.device)
-        self.cost += time.perf_counter() - start
 
 
 def floating_tensors(output: Any) -> List[torch.Tensor]:

@@ -20,6 +20,8 @@ from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
 from mmstats.stats.histograms import (MAX_BUCKETS, numpy_histogram,
                                       sketch_histogram)
+from mmstats.stats.nonfinite import (describe_origins, gather_origins,
+                                     rank_origin)
 from mmstats.stats.spikes import SpikeDetector, SpikeError
 from mmstats.stats.workers import (WorkerReportingCollate, carries_reports,
                                    deliver_worker_reports)
@@ -345,7 +347,14 @@ class StatsCollectorHook(Hook):
                 sources[short] = name
         return out
 
-    def _check_nonfinite(self, runner: Runner, results: dict) -> None:
+    def _check_nonfinite(self,
+                         runner: Runner,
+                         results: dict,
+                         mode: str = 'train') -> None:
+        """Warn or raise, on every rank together, when the reduced
+        statistics hold NaN/inf counts; only then one ``all_gather_object``
+        tells which ranks (hosts) saw them and, from a ModuleStatsHook's
+        watch, where they started (``docs/nonfinite.md``)."""
         bad = {
             name: int(values['nonfinite'])
             for name, values in results.items() if values['nonfinite']
@@ -355,11 +364,21 @@ class StatsCollectorHook(Hook):
             return
         where = (f'iteration {runner.iter + 1}'
                  if runner.iter is not None else 'this interval')
-        text = ', '.join(f'{name} ({count} NaN/inf)'
-                         for name, count in sorted(bad.items()))
+        local = {}  # this rank's counts, under the published names
+        for name, count in self.collectors[mode].local_nonfinite().items():
+            if name not in bad and name.startswith(OUTPUTS_PREFIX):
+                name = name[len(OUTPUTS_PREFIX):]
+            if name in bad:
+                local[name] = count
+        modules = [
+            origin for hook in getattr(runner, 'hooks', ())
+            for origin in getattr(hook, 'nonfinite_origin', list)()
+        ] if mode == 'train' else []
+        origins = gather_origins(rank_origin(local, modules))
+        # every rank formats the same text from the same gathered list
         message = (f'StatsCollectorHook: non-finite values reported at '
                    f'{where} (since the previous publication, over all '
-                   f'ranks): {text}')
+                   f'ranks): {describe_origins(origins, bad)}')
         if self.on_nonfinite == 'raise':  # same data on every rank
             raise FloatingPointError(message)
         print_log(message, 'current', level=30)
@@ -413,7 +432,7 @@ class StatsCollectorHook(Hook):
         too); the short text ones to the message hub as ``<mode>/<key>``
         for LoggerHook's line (if ``logged``). Returns the text ones."""
         results = self.collect(mode)
-        self._check_nonfinite(runner, results)
+        self._check_nonfinite(runner, results, mode)
         spiked = self._check_spikes(runner, mode, results)
         every = self._scalars(results)
         if mode == 'train' and self.collect_timing:

@@ -102,6 +102,7 @@ class Collector:
         self._group = group
         self._matches: Dict[str, bool] = {}
         self._chunks: List[Tuple[List[str], torch.Tensor]] = []
+        self._last_local: Tuple[List[str], torch.Tensor] = ([], empty_rows(0))
         self._fns = ReduceFns(group) if reduce_fns is None else reduce_fns
         self._table = NameTable(max_names, evict_after)
         self._results: Dict[str, List[float]] = {}
@@ -183,6 +184,7 @@ class Collector:
         except Exception as e:  # every rank must still take part
             failure = e
         names, local = self._local_rows()
+        self._last_local = (names, local)  # for local_nonfinite()
         extra = SketchSum(self._counts) if self._sketch else None
         try:
             table, rows, summed = self._table.sync_with(
@@ -265,6 +267,25 @@ class Collector:
     def nonfinite(self, name: str) -> float:
         """Number of NaN / inf values of ``name``."""
         return self._stat(name, 'nonfinite')
+
+    def local_nonfinite(self) -> Dict[str, int]:
+        """This rank's own NaN / inf counts in the values of the last
+        :meth:`update` (names without any left out); no collective.
+
+        Example:
+            >>> from mmstats import report
+            >>> collector = Collector('x')
+            >>> _ = report('x', [1.0, float('nan')])
+            >>> collector.update()
+            >>> collector.local_nonfinite()
+            {'x': 1}
+        """
+        names, rows = self._last_local
+        counts = rows[:, NONFINITE]
+        return {
+            names[i]: int(counts[i])
+            for i in torch.nonzero(counts).flatten().tolist()
+        }
 
     def quantile(self, name: str,
                  q: Union[float,

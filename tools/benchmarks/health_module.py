@@ -1,0 +1,143 @@
+"""Benchmark of ModuleStatsHook's health options on the digits demo:
+``optimizer_state=True`` (norms of the optimizer's moments on the
+instrumented iterations) and ``watch_nonfinite=True`` (a NaN/inf check of
+every matched module's outputs and gradients on every iteration).
+
+Trains the iteration-based digits demo (ResNet-mini, batch 64, LoggerHook
+interval 10, ``projects/digits_demo``) in real Runners, with
+StatsCollectorHook and ``ModuleStatsHook(modules=<the demo's stem, stages
+and head>)`` in every setup, and each option switched on alone; setups
+alternate in every repeat (interleaved) and the ratios are medians over
+the repeats. Each iteration is timed twice: by the CPU time of the
+training thread (``time.thread_time`` from the first ``before_train_iter``
+to the last ``after_train_iter``, one torch thread: what the run itself
+spent, little disturbed by other processes on a shared machine) and by
+mmengine's wall-clock ``train/time``. Prints side by side, per setup and
+for both clocks: the median iteration time, the whole-run ratio to the
+baseline (the hook with both options off) and the per-position estimate
+(median time at each position of the publication interval, with minus
+without, summed: it catches a cost wherever it lands). ``--optimizer
+adamw`` trains with AdamW (exp_avg and exp_avg_sq) instead of the demo's
+SGD with momentum (momentum_buffer).
+
+Usage: ``python tools/benchmarks/health_module.py [--iters N]
+[--repeats R] [--optimizer sgd|adamw]``
+"""
+import argparse
+import os.path as osp
+import statistics
+import sys
+import time
+from typing import Dict, List
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.utils import ManagerMixin
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from module_stats import DEMO_MODULES, INTERVAL, demo_runner  # noqa: E402
+
+SETUPS = {
+    'StatsCollectorHook alone': None,
+    'ModuleStatsHook, options off (baseline)': {},
+    'optimizer_state=True': dict(optimizer_state=True),
+    'watch_nonfinite=True': dict(watch_nonfinite=True),
+}
+BASELINE = 'ModuleStatsHook, options off (baseline)'
+
+
+class ThreadTime(Hook):
+    """CPU time of the training thread per iteration: started by the
+    copy of priority HIGHEST, stopped by the one of priority LOWEST."""
+
+    def __init__(self, priority: str, times: List[float]) -> None:
+        self.priority = priority
+        self.times = times
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        if self.priority == 'HIGHEST':
+            self.times.append(-time.thread_time())
+
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
+                         outputs=None) -> None:
+        if self.priority == 'LOWEST':
+            self.times[-1] += time.thread_time()
+
+
+def train(iters: int, options, optimizer: str) -> Dict[str, List[float]]:
+    """Per-iteration CPU and wall times (s) of one demo run."""
+    hooks = [dict(type='mmstats.StatsCollectorHook')]
+    if options is not None:
+        hooks.append(
+            dict(
+                type='mmstats.ModuleStatsHook',
+                modules=DEMO_MODULES,
+                **options))
+    runner = demo_runner(iters, hooks)
+    if optimizer == 'adamw':
+        from mmengine.optim import build_optim_wrapper
+        runner.optim_wrapper = build_optim_wrapper(
+            runner.model,
+            dict(optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05)))
+    cpu: List[float] = []
+    runner.register_hook(ThreadTime('HIGHEST', cpu), 'HIGHEST')
+    runner.register_hook(ThreadTime('LOWEST', cpu), 'LOWEST')
+    runner.train()
+    wall = list(runner.message_hub.get_scalar('train/time').data[0])
+    for cls in ManagerMixin.__subclasses__():
+        cls._instance_dict.clear()
+    return dict(cpu=cpu, wall=wall)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--iters', type=int, default=200)
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--optimizer', choices=['sgd', 'adamw'], default='sgd')
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    warmup = INTERVAL  # the first interval: allocations, first publication
+    runs: Dict[str, List[Dict[str, List[float]]]] = {n: [] for n in SETUPS}
+    for repeat in range(args.repeats):  # interleaved, order rotated
+        names = list(SETUPS)
+        names = names[repeat % len(names):] + names[:repeat % len(names)]
+        for name in names:
+            runs[name].append(train(args.iters, SETUPS[name], args.optimizer))
+    device = 'cuda' if torch.cuda.is_available() else 'cpu, 1 thread'
+    print(f'## digits demo ({args.optimizer}), {args.iters} iterations, '
+          f'interval {INTERVAL}, {device}, medians of {args.repeats} '
+          'interleaved repeats; ratios to the baseline')
+    for clock in ('cpu', 'wall'):
+        print(f'\n{clock} time')
+        report(runs, clock, warmup)
+
+
+def report(runs: Dict[str, List[Dict[str, List[float]]]], clock: str,
+           warmup: int) -> None:
+    """Print the table of one clock."""
+    print(f'{"setup":42s} {"ms/iter":>8s} {"whole run":>10s} '
+          f'{"per position":>13s}')
+    for name in SETUPS:
+        ratios, positional = [], []
+        mine = [run[clock][warmup:] for run in runs[name]]
+        bases = [run[clock][warmup:] for run in runs[BASELINE]]
+        for times, base in zip(mine, bases):
+            ratios.append(sum(times) / sum(base))
+            by_pos = [
+                statistics.median(times[pos::INTERVAL]) -
+                statistics.median(base[pos::INTERVAL])
+                for pos in range(INTERVAL)
+            ]
+            positional.append(
+                sum(by_pos) / (INTERVAL * statistics.median(base)))
+        ms = statistics.median(t for times in mine for t in times) * 1e3
+        print(f'{name:42s} {ms:8.3f} '
+              f'{100 * (statistics.median(ratios) - 1):+9.2f}% '
+              f'{100 * statistics.median(positional):+12.2f}%')
+
+
+if __name__ == '__main__':
+    main()
