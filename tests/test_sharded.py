@@ -29,7 +29,6 @@ iterations 2 and 4; the optimizer steps every iteration).
 import functools
 import importlib.util
 import math
-import os
 
 import numpy as np
 import pytest
@@ -41,6 +40,7 @@ from mmengine.registry import MODELS
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from tests.helpers.deepspeed import use_deepspeed
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import read_scalars, toy_cfg
 from tests.helpers.toy import ToyBNModel, ToyDataset
@@ -325,25 +325,7 @@ def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
     cfg.default_hooks.pop('checkpoint')
     cfg.launcher = 'pytorch'
     if strategy.startswith('zero'):
-        os.environ['DS_ACCELERATOR'] = 'cpu'
-        import deepspeed
-        from mmengine.registry import OPTIMIZERS
-        deepspeed.init_distributed(dist_backend='gloo')  # the group exists
-        # mmengine 0.10.7's DeepSpeedStrategy registers DeepSpeed's
-        # optimizers on every build: a second one in this (pooled) process
-        # would raise "already registered"
-        for name in ('DeepSpeedCPUAdam', 'FusedAdam', 'FusedLamb',
-                     'OnebitAdam', 'OnebitLamb', 'ZeroOneAdam'):
-            OPTIMIZERS.module_dict.pop(name, None)
-        cfg.strategy = dict(
-            type='DeepSpeedStrategy',
-            zero_optimization=dict(
-                stage=int(strategy[-1]), stage3_param_persistence_threshold=0),
-            train_micro_batch_size_per_gpu=8,
-            gradient_accumulation_steps=1)
-        cfg.optim_wrapper = dict(
-            type='DeepSpeedOptimWrapper',
-            optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.0))
+        use_deepspeed(cfg, int(strategy[-1]))
     elif strategy == 'ddp':
         cfg.strategy = dict(
             type='DDPStrategy',

@@ -7,6 +7,7 @@ training stays compiled."""
 import pytest
 from mmengine.runner import Runner
 
+from tests.helpers.deepspeed import use_deepspeed
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import read_scalars, toy_cfg
 from tests.test_hooks.test_throughput_hook import toy_flops_per_sample
@@ -39,28 +40,6 @@ STRATEGIES = {
 }
 
 
-def _deepspeed(stage: int, cfg) -> None:
-    """DeepSpeedStrategy on CPU, as tests/test_sharded.py sets it up."""
-    import os
-
-    import deepspeed
-    from mmengine.registry import OPTIMIZERS
-    os.environ['DS_ACCELERATOR'] = 'cpu'
-    deepspeed.init_distributed(dist_backend='gloo')  # the group exists
-    for name in ('DeepSpeedCPUAdam', 'FusedAdam', 'FusedLamb', 'OnebitAdam',
-                 'OnebitLamb', 'ZeroOneAdam'):  # registered on every build
-        OPTIMIZERS.module_dict.pop(name, None)
-    cfg.strategy = dict(
-        type='DeepSpeedStrategy',
-        zero_optimization=dict(
-            stage=stage, stage3_param_persistence_threshold=0),
-        train_micro_batch_size_per_gpu=8,
-        gradient_accumulation_steps=1)
-    cfg.optim_wrapper = dict(
-        type='DeepSpeedOptimWrapper',
-        optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.0))
-
-
 def _train(rank, world_size, work_dir, strategy):
     from mmengine.runner import FlexibleRunner
 
@@ -77,7 +56,7 @@ def _train(rank, world_size, work_dir, strategy):
     cfg.default_hooks.pop('checkpoint')
     cfg.launcher = 'pytorch'
     if strategy.startswith('zero'):
-        _deepspeed(int(strategy[-1]), cfg)
+        use_deepspeed(cfg, int(strategy[-1]))
     else:
         cfg.strategy = STRATEGIES[strategy]
     cfg.custom_hooks = [dict(type='mmstats.ThroughputHook')]
