@@ -92,3 +92,26 @@ def test_readme_mmpretrain_snippet_builds_a_runner(tmp_path, clean_mmengine):
         assert any(
             t.startswith('mmstats.') and t.endswith(name)
             for t in types), types
+
+
+def test_readme_training_health_snippets_build_their_hooks(tmp_path):
+    """The "Training health" configs load and build every hook they name
+    (argument checks run when a hook is built)."""
+    with open(osp.join(ROOT, 'README.md')) as f:
+        text = f.read()
+    section = text.split('\n## Training health\n')[1].split('\n## ')[0]
+    snippets = re.findall(r'```python\n(.*?)```', section, re.S)
+    assert len(snippets) == 2
+    built = []
+    for i, snippet in enumerate(snippets):
+        path = tmp_path / f'health{i}.py'
+        path.write_text(snippet)
+        cfg = Config.fromfile(str(path))
+        built += [
+            type(HOOKS.build(dict(hook))).__name__
+            for hook in cfg.custom_hooks
+        ]
+    assert built == [
+        'StatsCollectorHook', 'ThroughputHook', 'StatsCollectorHook',
+        'ModuleStatsHook'
+    ]
