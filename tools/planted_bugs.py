@@ -47,8 +47,7 @@ BUGS = [
         'sampler.set_epoch(self._num_runs)', 'pass',
         ('tests/test_hooks/test_precise_bn_hook.py', )),
     Bug(
-        'B5', "the user's custom_cfg overridden",
-        'mmstats/hooks/text_line.py',
+        'B5', "the user's custom_cfg overridden", 'mmstats/hooks/text_line.py',
         "if re.search(processor.mean_pattern, key) and not any(\n"
         "            cfg.get('data_src') == key for cfg in "
         "processor.custom_cfg):", 'if re.search(processor.mean_pattern, key):',

@@ -108,8 +108,7 @@ def test_readme_training_health_snippets_build_their_hooks(tmp_path):
         path.write_text(snippet)
         cfg = Config.fromfile(str(path))
         built += [
-            type(HOOKS.build(dict(hook))).__name__
-            for hook in cfg.custom_hooks
+            type(HOOKS.build(dict(hook))).__name__ for hook in cfg.custom_hooks
         ]
     assert built == [
         'StatsCollectorHook', 'ThroughputHook', 'StatsCollectorHook',
