@@ -25,9 +25,9 @@ from mmstats.stats.nonfinite import (describe_origins, gather_origins,
 from mmstats.stats.spikes import SpikeDetector, SpikeError
 from mmstats.stats.workers import (WorkerReportingCollate, carries_reports,
                                    deliver_worker_reports)
-from mmstats.utils.args import (check_bool, check_choice, check_names,
-                                check_positive_int, check_str, compile_regex,
-                                scope_inline_flags)
+from mmstats.utils.args import (check_bool, check_choice, check_log_interval,
+                                check_names, check_positive_int, check_str,
+                                compile_regex, scope_inline_flags)
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .text_line import hub_latest, log_current_value
@@ -728,13 +728,7 @@ def _check_args(interval: Optional[int], flags: Dict[str, bool],
     """Raise TypeError (a wrong type) or ValueError (a wrong value) naming
     a bad argument of StatsCollectorHook (:mod:`mmstats.utils.args`);
     return ``regex`` with its inline flags scoped."""
-    check_positive_int(
-        OWNER,
-        'interval',
-        interval,
-        example=10,
-        none_ok=True,
-        meaning='None: the LoggerHook interval')
+    check_log_interval(OWNER, interval)
     for name, flag in flags.items():
         check_bool(OWNER, name, flag)
     for name, value in (('stats', stats), ('log_stats', log_stats)):

@@ -17,7 +17,7 @@ from mmstats.memory import MemoryReader
 from mmstats.registry import HOOKS
 from mmstats.sharding import unwrap_model
 from mmstats.throughput import batch_rows, reduce_interval
-from mmstats.utils.args import check_bool, check_positive_int
+from mmstats.utils.args import check_bool, check_log_interval
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .text_line import hub_latest, log_current_value
@@ -101,13 +101,7 @@ class ThroughputHook(Hook):
                  interval: Optional[int] = None,
                  count_flops: bool = True,
                  peak_flops: Optional[float] = None) -> None:
-        check_positive_int(
-            OWNER,
-            'interval',
-            interval,
-            example=10,
-            none_ok=True,
-            meaning='None: the LoggerHook interval')
+        check_log_interval(OWNER, interval)
         check_bool(OWNER, 'count_flops', count_flops)
         _check_peak(peak_flops)
         self.interval = interval

@@ -21,8 +21,8 @@ import re
 from typing import Any, Callable, Optional, Pattern, Sequence
 
 __all__ = [
-    'check_bool', 'check_positive_int', 'check_choice', 'check_str',
-    'check_names', 'compile_regex', 'scope_inline_flags'
+    'check_bool', 'check_positive_int', 'check_log_interval', 'check_choice',
+    'check_str', 'check_names', 'compile_regex', 'scope_inline_flags'
 ]
 
 _GLOBAL_FLAGS = re.compile(r'\(\?([aiLmsux]+)\)')
@@ -92,6 +92,26 @@ interval=10), got 0
     if value < 1:
         raise ValueError(f'{owner}: {name} must be {what}, got {value!r}')
     return int(value)
+
+
+def check_log_interval(owner: str, interval: Any) -> Optional[int]:
+    """A publication ``interval``: None (LoggerHook's) or a positive int.
+
+    Example:
+        >>> check_log_interval('MyHook', None) is None
+        True
+        >>> check_log_interval('MyHook', 0)
+        Traceback (most recent call last):
+        ValueError: MyHook: interval must be None or a positive int (None: \
+the LoggerHook interval; e.g. interval=10), got 0
+    """
+    return check_positive_int(
+        owner,
+        'interval',
+        interval,
+        example=10,
+        none_ok=True,
+        meaning='None: the LoggerHook interval')
 
 
 def check_choice(owner: str, name: str, value: Any,
