@@ -274,6 +274,7 @@ class StatsCollectorHook(Hook):
             self.spikes.reset()
         self._time_sum = 0.0
         self._unpublished = 0  # training iterations since the publication
+        self._last_iter: Optional[int] = None  # the last one published
 
     def before_run(self, runner: Runner) -> None:
         """Refuse an unchecked strategy; build the publication schedule and
@@ -347,6 +348,17 @@ class StatsCollectorHook(Hook):
                 sources[short] = name
         return out
 
+    def _iterations_text(self, mode: str) -> str:
+        """Which iterations a training publication covers, for a warning:
+        ``'iteration 8 (iterations 5-8 since the previous publication'``
+        (the caller closes the parenthesis)."""
+        last = self._last_iter
+        if mode != 'train' or last is None:
+            return 'this interval (since the previous publication'
+        first = last - self._unpublished + 1
+        return (f'iteration {last} (iterations {first}-{last} since the '
+                'previous publication')
+
     def _check_nonfinite(self,
                          runner: Runner,
                          results: dict,
@@ -362,8 +374,7 @@ class StatsCollectorHook(Hook):
         self._nonfinite_names.update(bad)
         if not bad or self.on_nonfinite == 'ignore':
             return
-        where = (f'iteration {runner.iter + 1}'
-                 if runner.iter is not None else 'this interval')
+        where = self._iterations_text(mode)
         local = {}  # this rank's counts, under the published names
         for name, count in self.collectors[mode].local_nonfinite().items():
             if name not in bad and name.startswith(OUTPUTS_PREFIX):
@@ -377,8 +388,8 @@ class StatsCollectorHook(Hook):
         origins = gather_origins(rank_origin(local, modules))
         # every rank formats the same text from the same gathered list
         message = (f'StatsCollectorHook: non-finite values reported at '
-                   f'{where} (since the previous publication, over all '
-                   f'ranks): {describe_origins(origins, bad)}')
+                   f'{where}, over all ranks): '
+                   f'{describe_origins(origins, bad)}')
         if self.on_nonfinite == 'raise':  # same data on every rank
             raise FloatingPointError(message)
         print_log(message, 'current', level=30)
@@ -482,8 +493,7 @@ class StatsCollectorHook(Hook):
             return None
         ranks = collector.largest_ranks(
             [sources.get(spike.name, spike.name) for spike in spikes])
-        where = (f'iteration {runner.iter + 1}'
-                 if runner.iter is not None else 'this interval')
+        where = self._iterations_text(mode)
         text = '; '.join(
             f'{spike.name} {self.spike_stat} {spike.value:.6g} is '
             f'{spike.ratio:.3g}x the median {spike.median:.6g} of its last '
@@ -491,9 +501,8 @@ class StatsCollectorHook(Hook):
             f'(largest value from rank '
             f'{ranks[sources.get(spike.name, spike.name)]})'
             for spike in spikes)
-        message = (f'StatsCollectorHook: spike at {where} (since the '
-                   f'previous publication, over all ranks; spike_factor='
-                   f'{self.spikes.factor:g}): {text}')
+        message = (f'StatsCollectorHook: spike at {where}, over all ranks; '
+                   f'spike_factor={self.spikes.factor:g}): {text}')
         if self.on_spike == 'raise':
             return message
         print_log(message, 'current', level=30)
@@ -599,6 +608,7 @@ class StatsCollectorHook(Hook):
         if self.by_epoch or not self.publishes_after(runner, batch_idx):
             return
         logged = self.schedule.logs_after(runner, batch_idx)
+        self._last_iter = runner.iter + 1  # the iteration that just ended
         text = self._publish(runner, 'train', logged, step=runner.iter + 1)
         self._unpublished = 0
         if not logged and self.schedule.ends_run(runner, batch_idx):
@@ -609,6 +619,7 @@ class StatsCollectorHook(Hook):
         """With ``by_epoch``: publish the epoch, with a line of its own."""
         if not self.by_epoch:
             return
+        self._last_iter = runner.iter  # the loop counted the last one
         text = self._publish(runner, 'train', False, step=runner.epoch + 1)
         self._unpublished = 0
         self._log_line(runner, f'Epoch(train) [{runner.epoch + 1}]', text)
@@ -618,6 +629,7 @@ class StatsCollectorHook(Hook):
         ran the same iterations, so they agree)."""
         if not self._unpublished:
             return
+        self._last_iter = runner.iter
         text = self._publish(runner, 'train', False, step=runner.iter)
         self._unpublished = 0
         self._log_line(runner, f'Train ended at iteration {runner.iter}', text)
