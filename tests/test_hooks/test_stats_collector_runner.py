@@ -164,13 +164,13 @@ def test_real_runner_iteration_based_and_nonfinite_warning(
     assert '  loss/nonfinite: 1.0000' in log
     assert log.count('non-finite values reported') == 1  # one warning
     # the NaN of iteration 6 (nan_at=5, 0-based) is in the second interval
-    assert ('non-finite values reported at iteration 8 (iterations 5-8 since '
-            'the previous publication, over all ranks): loss (1 NaN/inf)'
-            ) in log
+    assert (
+        'non-finite values reported at iteration 8 (iterations 5-8 since '
+        'the previous publication, over all ranks): loss (1 NaN/inf)') in log
 
 
-def test_nonfinite_warning_names_the_epochs_iterations(
-        tmp_path, clean_mmengine):
+def test_nonfinite_warning_names_the_epochs_iterations(tmp_path,
+                                                       clean_mmengine):
     """By epoch: the warning names the iterations of the epoch that held
     the NaN (10 per epoch here), counted as the loop counts them."""
     cfg = toy_cfg(tmp_path, by_epoch=True, max_epochs=2, log_interval=4)
