@@ -25,8 +25,9 @@ detectron2 in one ``EventStorage``, mmengine in one named ``MessageHub``):
                        collector or worker: importing changes nothing)
 ``compiled_report``    ``report()`` behind ``torch.compiler.disable`` for
                        compiled code's non-tensor values; None until the
-                       first trace defines the ``mmstats::report`` op
-``_library``           that op's ``torch.library.Library``
+                       first trace defines the ``mmstats::report_row`` and
+                       ``mmstats::report`` ops
+``_library``           their ``torch.library.Library``
 ``compat_names``       names reported through :mod:`mmstats.training_stats`
                        in order of first report (StyleGAN3's ``_counters``
                        keys); ``compat_collector``: its EDM2
