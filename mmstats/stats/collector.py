@@ -102,7 +102,6 @@ class Collector:
         self._group = group
         self._matches: Dict[str, bool] = {}
         self._chunks: List[Tuple[List[str], torch.Tensor]] = []
-        self._last_local: Tuple[List[str], torch.Tensor] = ([], empty_rows(0))
         self._fns = ReduceFns(group) if reduce_fns is None else reduce_fns
         self._table = NameTable(max_names, evict_after)
         self._results: Dict[str, List[float]] = {}
@@ -110,7 +109,8 @@ class Collector:
         self._counts: Dict[str, np.ndarray] = {}  # pending, this rank
         self._sketches: Dict[str, Sketch] = {}  # published, merged
         self._new: Dict[str, bool] = {}  # published: got values now
-        # this rank's names and rows of the last update (largest_ranks)
+        # this rank's names and rows of the last update (largest_ranks,
+        # local_nonfinite)
         self._last: Tuple[List[str], Optional[np.ndarray]] = ([], None)
         if REPORTER.live_collectors():  # what is pending is theirs
             _deliver()
@@ -184,7 +184,6 @@ class Collector:
         except Exception as e:  # every rank must still take part
             failure = e
         names, local = self._local_rows()
-        self._last_local = (names, local)  # for local_nonfinite()
         extra = SketchSum(self._counts) if self._sketch else None
         try:
             table, rows, summed = self._table.sync_with(
@@ -280,11 +279,13 @@ class Collector:
             >>> collector.local_nonfinite()
             {'x': 1}
         """
-        names, rows = self._last_local
+        names, rows = self._last
+        if rows is None:
+            return {}
         counts = rows[:, NONFINITE]
         return {
             names[i]: int(counts[i])
-            for i in torch.nonzero(counts).flatten().tolist()
+            for i in np.flatnonzero(counts).tolist()
         }
 
     def quantile(self, name: str,
