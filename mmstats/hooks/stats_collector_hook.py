@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.logging import HistoryBuffer, MessageHub, print_log
-from mmengine.runner import LogProcessor, Runner
+from mmengine.runner import Runner
 from mmengine.visualization import TensorboardVisBackend, WandbVisBackend
 from torch.utils.data import DataLoader
 
@@ -30,7 +30,7 @@ from mmstats.utils.args import (check_bool, check_choice, check_log_interval,
                                 compile_regex, scope_inline_flags)
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
-from .text_line import hub_latest, log_current_value
+from .text_line import write_text_line
 
 __all__ = ['StatsCollectorHook']
 
@@ -545,19 +545,9 @@ class StatsCollectorHook(Hook):
         """Store ``scalars`` as ``<mode>/<key>`` for LoggerHook to log, and
         take out the keys of the previous publication that have no value
         now (the line must not show a stale one)."""
-        hub = runner.message_hub
-        processor = getattr(runner, 'log_processor', None)
-        keys = {f'{mode}/{key}' for key in scalars}
-        for stale in self._text_keys.get(mode, set()) - keys:
-            hub.log_scalars.pop(stale, None)
-        self._text_keys[mode] = keys
-        for key, value in scalars.items():
-            hub_latest(hub, f'{mode}/{key}', value)
-            if key in self._seen_keys:
-                continue
-            self._seen_keys.add(key)
-            if isinstance(processor, LogProcessor):
-                log_current_value(processor, key)
+        self._text_keys[mode] = write_text_line(
+            runner, mode, scalars, self._text_keys.get(mode, set()),
+            self._seen_keys)
 
     def _log_line(self, runner: Runner, head: str, text: dict) -> None:
         """A line of the hook's own where LoggerHook writes none

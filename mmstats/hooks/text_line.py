@@ -5,11 +5,12 @@ in the message hub, and LogProcessor told to show it as it is.
 Shared by StatsCollectorHook and ThroughputHook.
 """
 import re
+from typing import Any, Dict, Optional, Set
 
 from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.runner import LogProcessor
 
-__all__ = ['hub_latest', 'log_current_value']
+__all__ = ['hub_latest', 'log_current_value', 'write_text_line']
 
 
 def hub_latest(hub: MessageHub, key: str, value: float) -> None:
@@ -50,3 +51,47 @@ def log_current_value(processor: LogProcessor, key: str) -> None:
     if re.search(processor.mean_pattern, key) and not any(
             cfg.get('data_src') == key for cfg in processor.custom_cfg):
         processor.custom_cfg.append(dict(data_src=key, method_name='current'))
+
+
+def write_text_line(runner: Any,
+                    mode: str,
+                    text: Dict[str, float],
+                    previous: Set[str],
+                    seen: Optional[Set[str]] = None) -> Set[str]:
+    """Put ``text`` into the message hub as ``<mode>/<key>`` for LoggerHook
+    (the latest value, :func:`hub_latest`), take out the keys of the
+    previous write (``previous``) that have no value now (the line must
+    not show a stale one), and make LogProcessor show each key's current
+    value (:func:`log_current_value`, once per key in ``seen`` if given).
+
+    Returns:
+        set[str]: The keys written: ``previous`` of the next write.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from mmengine.logging import MessageHub
+        >>> from mmengine.runner import LogProcessor
+        >>> runner = SimpleNamespace(
+        ...     message_hub=MessageHub('write_text_line_example'),
+        ...     log_processor=LogProcessor())
+        >>> keys = write_text_line(runner, 'train', {'loss/max': 2.}, set())
+        >>> keys = write_text_line(runner, 'train', {'lr': 0.1}, keys)
+        >>> sorted(runner.message_hub.log_scalars)  # loss/max left
+        ['train/lr']
+        >>> runner.log_processor.custom_cfg  # LogProcessor's own key
+        [{'data_src': 'loss/max', 'method_name': 'current'}]
+    """
+    hub = runner.message_hub
+    processor = getattr(runner, 'log_processor', None)
+    keys = {f'{mode}/{key}' for key in text}
+    for stale in previous - keys:
+        hub.log_scalars.pop(stale, None)
+    for key, value in text.items():
+        hub_latest(hub, f'{mode}/{key}', value)
+        if seen is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        if isinstance(processor, LogProcessor):
+            log_current_value(processor, key)
+    return keys

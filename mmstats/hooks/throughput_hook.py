@@ -9,7 +9,7 @@ from typing import Dict, Optional, Union
 import torch
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.runner import LogProcessor, Runner
+from mmengine.runner import Runner
 
 from mmstats.dist import host_group
 from mmstats.flops import IterationFlops
@@ -20,7 +20,7 @@ from mmstats.throughput import batch_rows, reduce_interval
 from mmstats.utils.args import check_bool, check_log_interval
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
-from .text_line import hub_latest, log_current_value
+from .text_line import write_text_line
 
 __all__ = ['ThroughputHook']
 
@@ -321,11 +321,7 @@ class ThroughputHook(Hook):
         """The text line's keys, latest value only; a key without a value
         now leaves the hub (no stale number on the line)."""
         hub = runner.message_hub
-        processor = getattr(runner, 'log_processor', None)
-        keys = {f'train/{key}' for key in text}
-        for stale in self._text_keys - keys:
-            hub.log_scalars.pop(stale, None)
-        for key, value in text.items():
+        for key in text:
             full = f'train/{key}'
             buffer = hub.log_scalars.get(full)
             if buffer is not None and (full not in self._text_keys
@@ -335,11 +331,9 @@ class ThroughputHook(Hook):
                     full, f'{OWNER}: another hook writes {full!r} too (a '
                     f'reported name {key.split("/")[0]!r}?): the text line '
                     'may show either; rename the reported name')
-            hub_latest(hub, full, value)
-            if isinstance(processor, LogProcessor):
-                log_current_value(processor, full)
+        self._text_keys = write_text_line(runner, 'train', text,
+                                          self._text_keys)
         self._last = {f'train/{key}': value for key, value in text.items()}
-        self._text_keys = keys
 
     def _log_count(self, runner: Runner) -> None:
         rows = self._counted_rows
