@@ -57,11 +57,7 @@ def _edges(codes: np.ndarray,
     """Lower and upper value edges of the sorted signed ``codes`` (kept,
     zero and collapsed ones)."""
     mags = np.abs(codes)
-    keys = (mags - FIRST + buckets.min_key).astype(np.float64)
-    with np.errstate(over='ignore'):
-        top = np.exp(keys / buckets.multiplier)  # gamma^k
-        bottom = np.exp((keys - 1) / buckets.multiplier)  # gamma^(k-1)
-    top = np.minimum(top, np.finfo(np.float64).max)
+    bottom, top = buckets.magnitude_bounds(codes)
     kept = mags >= FIRST
     # collapsed magnitudes lie below every kept one of their sign
     pos_kept = codes[codes >= FIRST]

@@ -20,7 +20,7 @@ not counted. See ``docs/quantiles.md``; the exchange across ranks is in
 import math
 import sys
 import warnings
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -223,10 +223,24 @@ class LogBuckets:
             keys = np.ceil(np.log(magnitudes) * self.multiplier)
         return keys.astype(np.int64) - (self.min_key - FIRST)
 
+    def _keys(self, codes: np.ndarray) -> np.ndarray:
+        """The bucket keys ``k`` of signed codes (as float64)."""
+        return (np.abs(codes) - FIRST + self.min_key).astype(np.float64)
+
+    def magnitude_bounds(self,
+                         codes: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """The magnitudes ``(gamma^(k-1), gamma^k]`` each kept signed code
+        counts (the upper one at most the largest float64)."""
+        keys = self._keys(codes)
+        with np.errstate(over='ignore'):
+            top = np.exp(keys / self.multiplier)
+            bottom = np.exp((keys - 1) / self.multiplier)
+        return bottom, np.minimum(top, sys.float_info.max)
+
     def representatives(self, codes: np.ndarray) -> np.ndarray:
         """Values of signed codes (NaN for collapsed codes)."""
         mags = np.abs(codes)
-        keys = (mags - FIRST + self.min_key).astype(np.float64)
+        keys = self._keys(codes)
         with np.errstate(over='ignore'):
             out = np.minimum(
                 np.exp(keys / self.multiplier + self._log_scale),
