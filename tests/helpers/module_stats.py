@@ -107,6 +107,21 @@ def scalars(work_dir):
     return merged
 
 
+def module_stats_cfg(work_dir, collector: dict, module: dict):
+    """The toy model for 6 iterations with publications after 3 and 6:
+    StatsCollectorHook(``**collector``) and ModuleStatsHook of ``MODULES``
+    (``**module``)."""
+    return toy_cfg(
+        work_dir,
+        by_epoch=False,
+        max_iters=6,
+        log_interval=3,
+        custom_hooks=[
+            dict(type='mmstats.StatsCollectorHook', **collector),
+            dict(type='mmstats.ModuleStatsHook', modules=MODULES, **module)
+        ])
+
+
 def train(work_dir,
           dist=False,
           freeze=None,
@@ -115,20 +130,13 @@ def train(work_dir,
           model=None,
           compile=False,
           hooks=()):
-    cfg = toy_cfg(
+    cfg = module_stats_cfg(
         work_dir,
-        by_epoch=False,
-        max_iters=6,
-        log_interval=3,
-        custom_hooks=[
-            dict(
-                type='mmstats.StatsCollectorHook',
-                stats=STATS,
-                collect_outputs=False,
-                keep_previous=False,
-                on_nonfinite='raise'),
-            dict(type='mmstats.ModuleStatsHook', modules=MODULES)
-        ])
+        dict(
+            stats=STATS,
+            collect_outputs=False,
+            keep_previous=False,
+            on_nonfinite='raise'), {})
     cfg.optim_wrapper.accumulative_counts = accumulative_counts
     if amp:
         cfg.optim_wrapper.type = amp

@@ -12,8 +12,7 @@ from mmengine.runner import Runner
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from tests.helpers.module_stats import MODULES
-from tests.helpers.runner import toy_cfg
+from tests.helpers.module_stats import module_stats_cfg
 
 READS = {
     Tensor.item, Tensor.tolist, Tensor.__bool__, Tensor.__float__,
@@ -60,15 +59,7 @@ class Leave(Hook):
 
 
 def reads(work_dir, optimizer, **options):
-    cfg = toy_cfg(
-        work_dir,
-        by_epoch=False,
-        max_iters=6,
-        log_interval=3,
-        custom_hooks=[
-            dict(type='mmstats.StatsCollectorHook'),
-            dict(type='mmstats.ModuleStatsHook', modules=MODULES, **options)
-        ])
+    cfg = module_stats_cfg(work_dir, {}, options)
     cfg.optim_wrapper.optimizer = optimizer
     runner = Runner.from_cfg(cfg)
     mode = CountReads()

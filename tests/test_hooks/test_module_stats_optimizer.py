@@ -17,8 +17,8 @@ from mmengine.runner import Runner
 
 from mmstats import ModuleStatsHook
 from tests.helpers.dist import run_distributed
-from tests.helpers.module_stats import MODULES, NAMES, scalars
-from tests.helpers.runner import gloo_launch, toy_cfg
+from tests.helpers.module_stats import NAMES, module_stats_cfg, scalars
+from tests.helpers.runner import gloo_launch
 
 PUBLISHED = (3, 6)
 OPTIMIZERS = {
@@ -95,23 +95,13 @@ def reference(rows):
 
 
 def train(work_dir, optimizer, dist=False, freeze=None, accumulative_counts=1):
-    cfg = toy_cfg(
+    cfg = module_stats_cfg(
         work_dir,
-        by_epoch=False,
-        max_iters=6,
-        log_interval=3,
-        custom_hooks=[
-            dict(
-                type='mmstats.StatsCollectorHook',
-                stats=('num', 'mean', 'min', 'max'),
-                collect_outputs=False,
-                on_nonfinite='raise'),
-            dict(
-                type='mmstats.ModuleStatsHook',
-                modules=MODULES,
-                stats=('grad_norm', ),
-                optimizer_state=True)
-        ])
+        dict(
+            stats=('num', 'mean', 'min', 'max'),
+            collect_outputs=False,
+            on_nonfinite='raise'),
+        dict(stats=('grad_norm', ), optimizer_state=True))
     cfg.optim_wrapper.optimizer = OPTIMIZERS[optimizer]
     cfg.optim_wrapper.accumulative_counts = accumulative_counts
     if dist:

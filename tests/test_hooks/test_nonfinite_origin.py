@@ -20,8 +20,8 @@ from mmengine.model import is_model_wrapper
 from mmengine.runner import Runner
 
 import mmstats.stats.nonfinite as nonfinite
-from tests.helpers.module_stats import MODULES, RawRecorder
-from tests.helpers.runner import gloo_launch, toy_cfg
+from tests.helpers.module_stats import RawRecorder, module_stats_cfg
+from tests.helpers.runner import gloo_launch
 
 PLANTED = 'backbone.layer1.0'
 HOST = socket.gethostname()
@@ -63,21 +63,9 @@ def train(work_dir, watch, iteration, rank=0, dist=False, compile=False):
     """Train 6 iterations (publications after 3 and 6) with the NaN planted
     at ``iteration`` on ``rank``; return what was raised and the raw
     values."""
-    cfg = toy_cfg(
-        work_dir,
-        by_epoch=False,
-        max_iters=6,
-        log_interval=3,
-        custom_hooks=[
-            dict(
-                type='mmstats.StatsCollectorHook',
-                collect_outputs=True,
-                on_nonfinite='raise'),
-            dict(
-                type='mmstats.ModuleStatsHook',
-                modules=MODULES,
-                watch_nonfinite=watch)
-        ])
+    cfg = module_stats_cfg(work_dir,
+                           dict(collect_outputs=True, on_nonfinite='raise'),
+                           dict(watch_nonfinite=watch))
     if compile:  # True: dynamo alone (the hooks traced); or a backend
         cfg.compile = dict(
             backend=compile if isinstance(compile, str) else 'eager')
