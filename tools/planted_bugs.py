@@ -300,9 +300,19 @@ BUGS = [
         'mmstats/stats/nonfinite.py',
         '        if len(self._history) >= FOLD_EVERY:\n',
         '        if len(self._history) >= FOLD_EVERY or not all(\n'
-        '                torch.isfinite(n[2]).all()\n'
+        '                torch.isfinite(_stacked([n[2]])).all()\n'
         '                for n in self._history):\n',
         ('tests/test_hooks/test_health_host_reads.py', )),
+    Bug(
+        'WG1', "the watch's gradient layout cached once, whatever "
+        'gradients are missing', 'mmstats/hooks/module_stats_hook.py',
+        'layout = self._watch_index.get(missing)',
+        'layout = next(iter(self._watch_index.values()), None)',
+        ('tests/test_hooks/test_step_probe_watch.py', )),
+    Bug('WG2', 'the watch norms the gradients of unwatched modules too',
+        'mmstats/hooks/module_stats_hook.py',
+        'if any(t < targets for t in s)]', 'if True]',
+        ('tests/test_hooks/test_step_probe_watch.py', )),
     Bug('NF3', "every rank named as having seen a name's NaN/inf",
         'mmstats/stats/nonfinite.py',
         "seen = [o for o in origins if o['names'].get(name)]",

@@ -742,7 +742,8 @@ class StepProbe:
         self.optimizer_state = optimizer_state
         self.watch = watch
         self.watching = False
-        self._watch_index: Dict[tuple, Tuple[Tensor, Tensor]] = {}
+        # per tuple of missing gradients: (half, rows, modules)
+        self._watch_index: Dict[tuple, tuple] = {}
         self._watch_clipped: Optional[tuple] = None
         optimizer = optim_wrapper.optimizer
         #: the DeepSpeed engine (its optimizer owns every parameter)
@@ -756,6 +757,12 @@ class StepProbe:
             (s, p) for s, p in parts
             if p.trainable and (mine is None or id(p.optim_key) in mine)
         ]
+        # the parts counting in some watched module, and their segments
+        targets = len(watch.names) if watch is not None else 0
+        watched = [(s, p) for s, p in self.parts
+                   if any(t < targets for t in s)]
+        self._watch_segments = [s for s, _ in watched]
+        self._watch_parts = [p for _, p in watched]
         self.num_segments = num_segments
         self.device = device
         self.stats = [s for s in stats if s in ('grad_norm', 'update_ratio')]
@@ -875,31 +882,46 @@ class StepProbe:
         if boundary:
             self._post_step(None, (), {})
 
-    def _watch_grads(self) -> Optional[Tuple[Tensor, Tensor, Tensor]]:
+    def _watch_grads(self) -> Optional[Tuple[List[Tensor], Tensor, Tensor]]:
         """The arguments of :meth:`NonfiniteWatch.backward_parts`: one
-        norm per gradient tensor (float32 for half gradients), mapped to
-        the targets by an index cached per layout of present gradients
-        (None without gradients)."""
-        found = self._with_grad()
-        if not found:
-            return None
-        key = tuple(segments for segments, _, _ in found)
-        index = self._watch_index.get(key)
-        if index is None:
-            targets = len(self.watch.names)
+        norm per gradient tensor of a watched module (float32 for half
+        gradients), mapped to the modules by an index cached per set of
+        missing gradients (None without gradients). Per step: a walk over
+        the watched parts and one ``torch._foreach_norm``."""
+        grads = [part.grad() for part in self._watch_parts]
+        missing = tuple(i for i, grad in enumerate(grads) if grad is None)
+        layout = self._watch_index.get(missing)
+        if layout is None:
             if len(self._watch_index) >= 4:  # changing layouts: stay bounded
                 self._watch_index.clear()
-            index = self._watch_index[key] = tuple(
-                torch.tensor(column, dtype=torch.long, device=self.device)
-                for column in (
-                    [i for i, s in enumerate(key) for t in s if t < targets],
-                    [t for s in key for t in s if t < targets]))
-        grads = [grad for _, _, grad in found]
-        half = any(g.dtype in (torch.float16, torch.bfloat16) for g in grads)
-        norms = torch.stack(
-            torch._foreach_norm(
-                grads, 2, dtype=torch.float32 if half else None))
-        return (norms.to(self.device), ) + index
+            layout = self._watch_index[missing] = self._watch_layout(grads)
+        if missing:
+            grads = [grad for grad in grads if grad is not None]
+        if not grads:
+            return None
+        half, rows, modules = layout
+        norms = torch._foreach_norm(
+            grads, 2, dtype=torch.float32 if half else None)
+        return norms, rows, modules
+
+    def _watch_layout(self, grads: List[Optional[Tensor]]) -> tuple:
+        """``(half, rows, modules)`` of the present ``grads``: whether
+        some is half precision, and watched module ``modules[k]`` is
+        non-finite if the norm ``rows[k]`` is."""
+        targets = len(self.watch.names)
+        present = [(segments, grad)
+                   for segments, grad in zip(self._watch_segments, grads)
+                   if grad is not None]
+        half = any(
+            grad.dtype in (torch.float16, torch.bfloat16)
+            for _, grad in present)
+        rows = [
+            i for i, (s, _) in enumerate(present) for t in s if t < targets
+        ]
+        modules = [t for s, _ in present for t in s if t < targets]
+        return (half, ) + tuple(
+            torch.tensor(column, dtype=torch.long, device=self.device)
+            for column in (rows, modules))
 
     def _takes_grads(self) -> bool:
         """Whether this step's gradients are read: for the statistics, or

@@ -16,7 +16,7 @@ asked:
   the same list. A healthy publication calls neither.
 """
 import socket
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from mmengine.dist import all_gather_object, get_rank
@@ -48,8 +48,9 @@ class NonfiniteWatch:
     :meth:`end_iteration`. None of them syncs the host. An output costs one
     sum, in float32 (float64 for float64 outputs): non-finite when some
     element is, and otherwise only if the finite values summed beyond
-    3.4e38. The values are kept (a few per iteration) and checked in one
-    batch per kind every ``FOLD_EVERY`` notes and at :meth:`take`.
+    3.4e38. The values are kept as they come (a few 0-d tensors per
+    iteration, no further device op) and checked in one batch per kind
+    (one ``stack``) every ``FOLD_EVERY`` notes and at :meth:`take`.
 
     Args:
         names (Sequence[str]): The watched modules.
@@ -99,13 +100,13 @@ class NonfiniteWatch:
         self._sums, self._indices = [], []
 
     def forward(self, index: int, output: torch.Tensor) -> None:
-        """Take note of an output of module ``index``."""
+        """Take note of an output (detached) of module ``index``."""
         if index not in self._seen:
             self._seen.add(index)
             self.order.append(index)
-        wide = torch.float64 if output.dtype == torch.float64 else (
-            torch.float32)
-        self._sums.append(output.detach().sum(dtype=wide))
+        dtype = output.dtype
+        self._sums.append(output.sum() if dtype is torch.float32 or dtype is
+                          torch.float64 else output.sum(dtype=torch.float32))
         self._indices.append(index)
 
     def backward(self, squares: torch.Tensor) -> None:
@@ -113,21 +114,23 @@ class NonfiniteWatch:
         module; non-finite where some element is)."""
         self._history.append((self.iteration, ('modules', ), squares, None))
 
-    def backward_parts(self, values: torch.Tensor, rows: torch.Tensor,
-                       modules: torch.Tensor) -> None:
-        """Take note of one value per gradient tensor (its norm): module
-        ``modules[k]`` is non-finite if ``values[rows[k]]`` is. ``rows``
-        and ``modules`` are kept by the caller for the same layout."""
+    def backward_parts(self, values: Union[torch.Tensor,
+                                           Sequence[torch.Tensor]],
+                       rows: torch.Tensor, modules: torch.Tensor) -> None:
+        """Take note of one value per gradient tensor (its norm; a tensor,
+        or a list of 0-d tensors as ``torch._foreach_norm`` returns them):
+        module ``modules[k]`` is non-finite if ``values[rows[k]]`` is.
+        ``rows`` and ``modules`` are kept by the caller for the same
+        layout."""
         self._history.append((self.iteration, ('parts', id(rows), id(modules)),
                               values, (rows, modules)))
 
     def end_iteration(self) -> None:
-        """Keep the iteration's output sums (one ``stack``, no check yet:
+        """Keep the iteration's output sums (no check yet, no device op:
         the checks of up to ``FOLD_EVERY`` notes run batched)."""
         if self._sums:
             key = ('outputs', tuple(self._indices))
-            self._history.append(
-                (self.iteration, key, torch.stack(self._sums), None))
+            self._history.append((self.iteration, key, self._sums, None))
         self._sums, self._indices = [], []
         if len(self._history) >= FOLD_EVERY:
             self._fold()
@@ -140,7 +143,7 @@ class NonfiniteWatch:
             groups.setdefault(note[1], []).append(note)
         self._history = []
         for key, notes in groups.items():
-            values = torch.stack([n[2].to(self.device) for n in notes])
+            values = _stacked([n[2] for n in notes]).to(self.device)
             iterations = torch.tensor([n[0] for n in notes],
                                       device=self.device).unsqueeze(1)
             stamps = torch.where(torch.isfinite(values), NEVER,
@@ -193,6 +196,16 @@ class NonfiniteWatch:
             it, pos, index = min(seen, key=lambda s: (s[0], sign * s[1]))
             out[key] = (it, pos, self.names[index])
         return out
+
+
+def _stacked(notes: List[Union[torch.Tensor,
+                               Sequence[torch.Tensor]]]) -> torch.Tensor:
+    """``(len(notes), n)``: notes of ``n`` values each, given as 1-d tensors
+    or as lists of 0-d tensors (one ``stack`` for all of them)."""
+    if all(isinstance(note, torch.Tensor) for note in notes):
+        return torch.stack(notes)
+    return torch.stack([value for note in notes
+                        for value in note]).view(len(notes), -1)
 
 
 def rank_origin(names: Dict[str, int], modules: Sequence[dict] = ()) -> dict:
