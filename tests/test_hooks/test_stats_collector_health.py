@@ -7,6 +7,7 @@ back from TensorBoard's event file and from an offline W&B run's file
 reported values."""
 import os.path as osp
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -428,9 +429,13 @@ def _offline_wandb(monkeypatch, tmp_path):
     for var in ('WANDB_API_KEY', 'WANDB_BASE_URL', 'WANDB_ENTITY',
                 'WANDB_RUN_ID', 'WANDB_RESUME'):
         monkeypatch.delenv(var, raising=False)
-    for var, value in (('MODE', 'offline'), ('SILENT', 'true'),
-                       ('CONSOLE', 'off'), ('_DISABLE_STATS',
-                                            'true'), ('DISABLE_GIT', 'true')):
+    switches = dict(
+        MODE='offline',
+        SILENT='true',
+        CONSOLE='off',
+        _DISABLE_STATS='true',
+        DISABLE_GIT='true')
+    for var, value in switches.items():
         monkeypatch.setenv(f'WANDB_{var}', value)
     monkeypatch.setenv('WANDB_DIR', str(tmp_path))
     for var in ('CACHE', 'CONFIG', 'DATA', 'ARTIFACT'):
@@ -448,18 +453,20 @@ def _check_wandb_histogram(hist, raw, max_buckets=512):
     _check_buckets(bins[0], bins[1:], values, raw, max_buckets)
 
 
-def test_wandb_histograms_of_every_publication_join_their_scalars(
-        tmp_path, clean_mmengine, monkeypatch):
-    """A real offline W&B run (mmengine's WandbVisBackend), read back from
-    its run file: at each publication, the histograms (recomputed from the
-    raw values) in the same W&B step as that publication's scalars."""
-    wandb = pytest.importorskip(
-        'wandb', reason='pip install wandb (tests extra)')
+WANDB_ITERS = 2 * LOG_INTERVAL  # two publications
+
+
+def _wandb_train(tmp_path, monkeypatch, distributed=False):
+    """Train ``WANDB_ITERS`` iterations with an offline W&B run in
+    ``tmp_path`` (mmengine's WandbVisBackend, rank 0's), closed (W&B's
+    ``finish``). Returns the runner and, on rank 0, the run's history."""
+    from mmengine.dist import is_main_process
+
     from tests.helpers.wandb_records import history
     _offline_wandb(monkeypatch, tmp_path)
-    max_iters = 2 * LOG_INTERVAL  # two publications
     runner = _train(
         tmp_path / 'work',
+        distributed,
         plant=dict(spread=True),
         hook=HIST_HOOK,
         vis=[
@@ -468,23 +475,31 @@ def test_wandb_histograms_of_every_publication_join_their_scalars(
                 init_kwargs=dict(
                     mode='offline', dir=str(tmp_path), project='mmstats-test'))
         ],
-        max_iters=max_iters)
+        max_iters=WANDB_ITERS)
+    if not is_main_process():  # no W&B run on the other ranks
+        runner.train()
+        return runner, None
+    import wandb
     try:
         runner.train()
     finally:
         runner.visualizer.close()  # WandbVisBackend.close: wandb.finish
         wandb.teardown()  # wandb-core stopped
-    plant = _plant(runner)
-    spreads, losses = np.array(plant.spreads), np.array(plant.losses)
-    steps = history(str(tmp_path))
+    return runner, history(str(tmp_path))
+
+
+def _check_wandb_steps(steps, spreads, losses):
+    """The W&B history ``steps`` against every rank's raw values (spreads:
+    (ranks, iters, 32); losses: (ranks, iters)): at each publication, its
+    histograms in the same step as its scalars."""
     assert [s['_step'] for s in steps] == list(range(len(steps)))
     published = [s for s in steps if 'stats/spread/mean' in s]
     assert [s for s in steps if TAG in s] == published  # joined
     assert [s for s in steps if 'stats/loss/hist' in s] == published
-    assert len(published) == max_iters // LOG_INTERVAL
+    assert len(published) == WANDB_ITERS // LOG_INTERVAL
     for i, step in enumerate(published):
         window = slice(i * LOG_INTERVAL, (i + 1) * LOG_INTERVAL)
-        spread, loss = spreads[window].ravel(), losses[window]
+        spread, loss = spreads[:, window].ravel(), losses[:, window]
         # this publication's scalars...
         assert step['stats/spread/max'] == spread.max()
         assert step['stats/spread/mean'] == pytest.approx(
@@ -495,6 +510,40 @@ def test_wandb_histograms_of_every_publication_join_their_scalars(
         hist = step['stats/loss/hist']
         assert sum(hist['values']) == loss.size
         assert hist['bins'][-1] == pytest.approx(loss.max(), rel=1e-6)
+
+
+def test_wandb_histograms_of_every_publication_join_their_scalars(
+        tmp_path, clean_mmengine, monkeypatch):
+    """A real offline W&B run, read back from its run file: at each
+    publication, the histograms (recomputed from the raw values) in the
+    same W&B step as that publication's scalars."""
+    pytest.importorskip('wandb', reason='pip install wandb (tests extra)')
+    runner, steps = _wandb_train(tmp_path, monkeypatch)
+    plant = _plant(runner)
+    _check_wandb_steps(steps, np.array([plant.spreads]),
+                       np.array([plant.losses]))
+
+
+def _wandb_rank(rank, world, work_dir):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        runner, steps = _wandb_train(Path(work_dir), monkeypatch, True)
+    plant = _plant(runner)
+    return dict(
+        spreads=np.array(plant.spreads), losses=plant.losses, steps=steps)
+
+
+def test_two_ranks_wandb_histograms_merge_every_rank(tmp_path):
+    """One W&B run (rank 0's) gets both ranks' values; rank 1 starts none
+    (the histogram writers are rank 0's: W&B's ``experiment`` would start a
+    run on first use)."""
+    pytest.importorskip('wandb', reason='pip install wandb (tests extra)')
+    from tests.helpers.wandb_records import run_file
+    results = run_distributed(_wandb_rank, 2, str(tmp_path), timeout=240)
+    run_file(str(tmp_path))  # one W&B run: rank 1 started none
+    spreads = np.stack([r['spreads'] for r in results])
+    assert not np.allclose(spreads[0], spreads[1])
+    _check_wandb_steps(results[0]['steps'], spreads,
+                       np.array([r['losses'] for r in results]))
 
 
 def test_real_wandb_accepts_the_histogram():
