@@ -232,6 +232,10 @@ BUGS = [
         'mmstats/stats/histograms.py', 'return hist.bucket_counts, edges',
         'return hist.bucket_counts[1:], edges[1:]',
         ('tests/test_hooks/test_stats_collector_health.py', )),
+    Bug('WB2', 'histogram writers on every rank (rank 1 starts a W&B run)',
+        'mmstats/hooks/stats_collector_hook.py',
+        'if not is_main_process():\n        return []', 'pass',
+        ('tests/test_hooks/test_stats_collector_health.py', )),
     # training health: memory, throughput, FLOPs, MFU (issue 28 item 3)
     Bug('TP1', 'an uneven last batch counted as a full one',
         'mmstats/hooks/throughput_hook.py', 'self._samples += rows',
