@@ -7,6 +7,7 @@ back from TensorBoard's event file and from an offline W&B run's file
 reported values."""
 import os.path as osp
 import re
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -423,9 +424,11 @@ def _offline_wandb(monkeypatch, tmp_path):
     (wandb-core's logs), config (no settings file, no login), data and
     artifact dirs, no ``~/.netrc`` (``NETRC``), and the working dir
     (``WandbVisBackend.add_config`` logs the ``.py`` files under it as
-    code); no console capture, system metrics or git calls. Its temporary
-    dirs, sockets and port files stay in the system's temp dir (removed
-    when it stops)."""
+    code) and Python's temporary files (``tempfile.tempdir``: the dirs
+    wandb makes when imported and removes at exit, which a pooled rank
+    leaving with ``os._exit`` skips; wandb-core's port file); no console
+    capture, system metrics or git calls. wandb-core's sockets stay in the
+    system's temp dir (removed when it stops)."""
     for var in ('WANDB_API_KEY', 'WANDB_BASE_URL', 'WANDB_ENTITY',
                 'WANDB_RUN_ID', 'WANDB_RESUME'):
         monkeypatch.delenv(var, raising=False)
@@ -442,6 +445,7 @@ def _offline_wandb(monkeypatch, tmp_path):
         monkeypatch.setenv(f'WANDB_{var}_DIR', str(tmp_path / var.lower()))
     monkeypatch.setenv('NETRC', str(tmp_path / 'no.netrc'))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
 
 
 def _check_wandb_histogram(hist, raw, max_buckets=512):
