@@ -227,6 +227,15 @@ BUGS = [
         'pos_floor = bottom[codes == pos_kept[0]][0]',
         'pos_floor = top[codes == pos_kept[0]][0]',
         ('tests/test_stats/test_histograms.py', )),
+    # W&B read back from a real offline run (tests/helpers/wandb_records.py)
+    Bug('WB1', "W&B's histogram without its first bucket (the minimum's)",
+        'mmstats/stats/histograms.py', 'return hist.bucket_counts, edges',
+        'return hist.bucket_counts[1:], edges[1:]',
+        ('tests/test_hooks/test_stats_collector_health.py', )),
+    Bug('WB2', 'histogram writers on every rank (rank 1 starts a W&B run)',
+        'mmstats/hooks/stats_collector_hook.py',
+        'if not is_main_process():\n        return []', 'pass',
+        ('tests/test_hooks/test_stats_collector_health.py', )),
     # training health: memory, throughput, FLOPs, MFU (issue 28 item 3)
     Bug('TP1', 'an uneven last batch counted as a full one',
         'mmstats/hooks/throughput_hook.py', 'self._samples += rows',

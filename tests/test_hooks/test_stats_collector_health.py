@@ -2,20 +2,20 @@
 Runners (1 and 2 gloo processes). Spikes are planted into one rank's loss
 at a chosen iteration; which publications spike, their values and the rank
 named are recomputed from every rank's raw losses. Histograms are read
-back from TensorBoard's event file and recomputed from every rank's raw
+back from TensorBoard's event file and from an offline W&B run's file
+(``tests/helpers/wandb_records.py``) and recomputed from every rank's raw
 reported values."""
 import os.path as osp
 import re
-from types import SimpleNamespace
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS as ROOT_HOOKS
-from mmengine.registry import VISBACKENDS
 from mmengine.runner import Runner
-from mmengine.visualization import WandbVisBackend
 
 from mmstats import report
 from mmstats.stats.sketch import DEFAULT_BUCKETS
@@ -87,11 +87,16 @@ def _count_publication_work(runner) -> dict:
     return counts
 
 
-def _train(work_dir, distributed=False, plant=None, hook=None, vis=None):
+def _train(work_dir,
+           distributed=False,
+           plant=None,
+           hook=None,
+           vis=None,
+           max_iters=MAX_ITERS):
     cfg = toy_cfg(
         work_dir,
         by_epoch=False,
-        max_iters=MAX_ITERS,
+        max_iters=max_iters,
         log_interval=LOG_INTERVAL)
     if distributed:
         cfg = gloo_launch(cfg)
@@ -297,26 +302,33 @@ def _histograms(log_dir):
     }
 
 
-def _check_histogram(hist, raw, max_buckets):
-    """``hist`` (a TensorBoard HistogramValue) against the raw values."""
-    limits, counts = np.array(hist.bucket_limit), np.array(hist.bucket)
-    assert hist.num == raw.size
-    assert (hist.min, hist.max) == (raw.min(), raw.max())
-    assert hist.sum == pytest.approx(raw.sum(), rel=1e-9, abs=1e-9)
-    assert hist.sum_squares == pytest.approx((raw * raw).sum(), rel=1e-9)
-    assert 0 < len(limits) <= max_buckets
-    assert (np.diff(limits) > 0).all() and limits[-1] == raw.max()
-    # bucket i holds (limits[i - 1], limits[i]], the first from min on
+def _check_buckets(low, limits, counts, raw, max_buckets):
+    """Buckets ``(limits[i - 1], limits[i]]`` (the first from ``low`` on)
+    holding ``counts`` against the raw (finite) values: each counted once,
+    in its bucket, the edges the exact minimum and maximum."""
+    assert (low, limits[-1]) == (raw.min(), raw.max())
+    assert 0 < len(limits) == len(counts) <= max_buckets
+    assert (np.diff(limits) > 0).all() and counts.sum() == raw.size
     np.testing.assert_array_equal(
         counts,
         np.bincount(
             np.searchsorted(limits, raw, side='left'), minlength=len(limits)))
     if max_buckets >= 512:  # the sketch's resolution: 1% buckets
-        lower = np.concatenate([[hist.min], limits[:-1]])
+        lower = np.concatenate([[low], limits[:-1]])
         full = (counts > 0) & (lower > 0)
         assert (limits[full] / lower[full]
                 <= DEFAULT_BUCKETS.gamma * (1 + 1e-12)).all()
         assert (counts > 0).sum() > 50  # wide magnitudes: many buckets
+
+
+def _check_histogram(hist, raw, max_buckets):
+    """``hist`` (a TensorBoard HistogramValue) against the raw values."""
+    assert hist.num == raw.size
+    assert (hist.min, hist.max) == (raw.min(), raw.max())
+    assert hist.sum == pytest.approx(raw.sum(), rel=1e-9, abs=1e-9)
+    assert hist.sum_squares == pytest.approx((raw * raw).sum(), rel=1e-9)
+    _check_buckets(hist.min, np.array(hist.bucket_limit),
+                   np.array(hist.bucket), raw, max_buckets)
 
 
 def _check_histograms(histograms, spreads, losses, max_buckets=512):
@@ -407,71 +419,140 @@ def test_two_ranks_tensorboard_histograms_merge_every_rank(tmp_path):
                       np.array([r['losses'] for r in results]))
 
 
-class FakeWandb:
-    """What WandbVisBackend's ``experiment`` (the wandb module) is asked
-    for: ``log`` and ``Histogram``; keeps the calls."""
+def _offline_wandb(monkeypatch, tmp_path):
+    """W&B offline and silent, kept inside ``tmp_path``: its runs, its cache
+    (wandb-core's logs), config (no settings file, no login), data and
+    artifact dirs, no ``~/.netrc`` (``NETRC``), and the working dir
+    (``WandbVisBackend.add_config`` logs the ``.py`` files under it as
+    code) and Python's temporary files (``tempfile.tempdir``: the dirs
+    wandb makes when imported and removes at exit, which a pooled rank
+    leaving with ``os._exit`` skips; wandb-core's port file); no console
+    capture, system metrics or git calls. wandb-core's sockets stay in the
+    system's temp dir (removed when it stops)."""
+    for var in ('WANDB_API_KEY', 'WANDB_BASE_URL', 'WANDB_ENTITY',
+                'WANDB_RUN_ID', 'WANDB_RESUME'):
+        monkeypatch.delenv(var, raising=False)
+    switches = dict(
+        MODE='offline',
+        SILENT='true',
+        CONSOLE='off',
+        _DISABLE_STATS='true',
+        DISABLE_GIT='true')
+    for var, value in switches.items():
+        monkeypatch.setenv(f'WANDB_{var}', value)
+    monkeypatch.setenv('WANDB_DIR', str(tmp_path))
+    for var in ('CACHE', 'CONFIG', 'DATA', 'ARTIFACT'):
+        monkeypatch.setenv(f'WANDB_{var}_DIR', str(tmp_path / var.lower()))
+    monkeypatch.setenv('NETRC', str(tmp_path / 'no.netrc'))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
 
-    def __init__(self):
-        self.calls = []
-        self.config = SimpleNamespace(update=lambda *args, **kwargs: None)
-        self.run = SimpleNamespace(log_code=lambda **kwargs: None)
 
-    class Histogram:
-
-        def __init__(self, np_histogram):
-            self.np_histogram = np_histogram
-
-    def log(self, data, commit=None):
-        self.calls.append((data, commit))
-
-    def join(self):
-        pass
+def _check_wandb_histogram(hist, raw, max_buckets=512):
+    """``hist`` (W&B's ``{'_type': 'histogram', 'values', 'bins'}``)
+    against the raw values."""
+    assert hist['_type'] == 'histogram' and len(hist) == 3
+    bins, values = np.array(hist['bins']), np.array(hist['values'])
+    assert len(bins) == len(values) + 1
+    _check_buckets(bins[0], bins[1:], values, raw, max_buckets)
 
 
-@VISBACKENDS.register_module(force=True)
-class FakeWandbVisBackend(WandbVisBackend):
-    """mmengine's WandbVisBackend with the wandb module replaced."""
-
-    def _init_env(self):
-        self._init_kwargs = self._init_kwargs or {}
-        self._wandb = FakeWandb()
+WANDB_ITERS = 2 * LOG_INTERVAL  # two publications
 
 
-def test_wandb_gets_the_same_histograms_joining_the_scalars(
-        tmp_path, clean_mmengine):
-    pytest.importorskip('tensorboard')
+def _wandb_train(tmp_path, monkeypatch, distributed=False):
+    """Train ``WANDB_ITERS`` iterations with an offline W&B run in
+    ``tmp_path`` (mmengine's WandbVisBackend, rank 0's), closed (W&B's
+    ``finish``). Returns the runner and, on rank 0, the run's history."""
+    from mmengine.dist import is_main_process
+
+    from tests.helpers.wandb_records import history
+    _offline_wandb(monkeypatch, tmp_path)
     runner = _train(
-        tmp_path,
+        tmp_path / 'work',
+        distributed,
         plant=dict(spread=True),
         hook=HIST_HOOK,
         vis=[
-            dict(type='TensorboardVisBackend'),
-            dict(type='FakeWandbVisBackend')
-        ])
-    runner.train()
-    calls = runner.visualizer.get_backend(
-        'FakeWandbVisBackend').experiment.calls
-    runner.visualizer.close()
-    spreads = np.array(_plant(runner).spreads)
-    tensorboard = _histograms(runner.log_dir)[TAG]
-    logged = [(i, data[TAG]) for i, (data, _) in enumerate(calls)
-              if TAG in data]
-    assert len(logged) == len(STEPS)
-    for (i, hist), step in zip(logged, STEPS):
-        counts, edges = hist.np_histogram
-        assert calls[i][1] is False  # joins the next commit: the scalars
-        commit = next(j for j in range(i, len(calls)) if calls[j][1])
-        assert calls[commit][0]['stats/spread/mean'] == pytest.approx(
-            spreads[step - LOG_INTERVAL:step].mean(), rel=1e-9)
-        expected = tensorboard[step]
-        np.testing.assert_array_equal(counts, expected.bucket)
-        np.testing.assert_array_equal(edges, [expected.min] +
-                                      list(expected.bucket_limit))
+            dict(
+                type='WandbVisBackend',
+                init_kwargs=dict(
+                    mode='offline', dir=str(tmp_path), project='mmstats-test'))
+        ],
+        max_iters=WANDB_ITERS)
+    if not is_main_process():  # no W&B run on the other ranks
+        runner.train()
+        return runner, None
+    import wandb
+    try:
+        runner.train()
+    finally:
+        runner.visualizer.close()  # WandbVisBackend.close: wandb.finish
+        wandb.teardown()  # wandb-core stopped
+    return runner, history(str(tmp_path))
+
+
+def _check_wandb_steps(steps, spreads, losses):
+    """The W&B history ``steps`` against every rank's raw values (spreads:
+    (ranks, iters, 32); losses: (ranks, iters)): at each publication, its
+    histograms in the same step as its scalars."""
+    assert [s['_step'] for s in steps] == list(range(len(steps)))
+    published = [s for s in steps if 'stats/spread/mean' in s]
+    assert [s for s in steps if TAG in s] == published  # joined
+    assert [s for s in steps if 'stats/loss/hist' in s] == published
+    assert len(published) == WANDB_ITERS // LOG_INTERVAL
+    for i, step in enumerate(published):
+        window = slice(i * LOG_INTERVAL, (i + 1) * LOG_INTERVAL)
+        spread, loss = spreads[:, window].ravel(), losses[:, window]
+        # this publication's scalars...
+        assert step['stats/spread/max'] == spread.max()
+        assert step['stats/spread/mean'] == pytest.approx(
+            spread.mean(), rel=1e-9)
+        assert step['stats/loss/max'] == pytest.approx(loss.max(), rel=1e-6)
+        # ... and its histograms
+        _check_wandb_histogram(step[TAG], spread)
+        hist = step['stats/loss/hist']
+        assert sum(hist['values']) == loss.size
+        assert hist['bins'][-1] == pytest.approx(loss.max(), rel=1e-6)
+
+
+def test_wandb_histograms_of_every_publication_join_their_scalars(
+        tmp_path, clean_mmengine, monkeypatch):
+    """A real offline W&B run, read back from its run file: at each
+    publication, the histograms (recomputed from the raw values) in the
+    same W&B step as that publication's scalars."""
+    pytest.importorskip('wandb', reason='pip install wandb (tests extra)')
+    runner, steps = _wandb_train(tmp_path, monkeypatch)
+    plant = _plant(runner)
+    _check_wandb_steps(steps, np.array([plant.spreads]),
+                       np.array([plant.losses]))
+
+
+def _wandb_rank(rank, world, work_dir):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        runner, steps = _wandb_train(Path(work_dir), monkeypatch, True)
+    plant = _plant(runner)
+    return dict(
+        spreads=np.array(plant.spreads), losses=plant.losses, steps=steps)
+
+
+def test_two_ranks_wandb_histograms_merge_every_rank(tmp_path):
+    """One W&B run (rank 0's) gets both ranks' values; rank 1 starts none
+    (the histogram writers are rank 0's: W&B's ``experiment`` would start a
+    run on first use)."""
+    pytest.importorskip('wandb', reason='pip install wandb (tests extra)')
+    from tests.helpers.wandb_records import run_file
+    results = run_distributed(_wandb_rank, 2, str(tmp_path), timeout=240)
+    run_file(str(tmp_path))  # one W&B run: rank 1 started none
+    spreads = np.stack([r['spreads'] for r in results])
+    assert not np.allclose(spreads[0], spreads[1])
+    _check_wandb_steps(results[0]['steps'], spreads,
+                       np.array([r['losses'] for r in results]))
 
 
 def test_real_wandb_accepts_the_histogram():
     wandb = pytest.importorskip(
-        'wandb', reason='wandb is not installed (an optional backend)')
+        'wandb', reason='pip install wandb (tests extra)')
     from mmstats.stats.histograms import numpy_histogram, sketch_histogram
     from mmstats.stats.sketch import bucket_counts
     x = torch.randn(10000, dtype=torch.float64) * 1e3
