@@ -18,12 +18,15 @@ baseline (the hook with both options off) and the per-position estimate
 (median time at each position of the publication interval, with minus
 without, summed: it catches a cost wherever it lands). ``--optimizer
 adamw`` trains with AdamW (exp_avg and exp_avg_sq) instead of the demo's
-SGD with momentum (momentum_buffer). Beside the clocks, the watch's own
-host time is printed: ``time.perf_counter`` around each of its functions
-(the notes of the outputs and gradients, the batched checks) in the
-``watch_nonfinite=True`` runs, per iteration and as a share of the
-baseline's iteration: on a shared machine the differences of whole runs
-do not resolve 1 %, this does.
+SGD with momentum (momentum_buffer). Beside the clocks, each option's
+own host time is printed: ``time.perf_counter`` around each of its
+functions (``OWN_FUNCTIONS``: the watch's notes of the outputs and
+gradients and its batched checks; the moment sums and their report),
+plus, for an option that publishes names of its own (``ADDS_NAMES``),
+StatsCollectorHook's publication (``_publish``) time over the
+baseline's. Per iteration and as a share of the baseline's iteration: on a
+shared machine the differences of whole runs do not resolve 1 %, these
+do.
 
 Usage: ``python tools/benchmarks/health_module.py [--iters N]
 [--repeats R] [--optimizer sgd|adamw]``
@@ -40,7 +43,9 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.utils import ManagerMixin
 
-from mmstats.hooks.module_stats_hook import StepProbe
+from mmstats.hooks.module_stats_hook import (ActivationProbes, ModuleStatsHook,
+                                             StepProbe)
+from mmstats.hooks.stats_collector_hook import StatsCollectorHook
 from mmstats.stats.nonfinite import NonfiniteWatch
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
@@ -53,28 +58,40 @@ SETUPS = {
     'watch_nonfinite=True': dict(watch_nonfinite=True),
 }
 BASELINE = 'ModuleStatsHook, options off (baseline)'
-WATCHED = 'watch_nonfinite=True'
-#: the watch's own functions: the notes and the batched checks
-WATCH_FUNCTIONS = ((NonfiniteWatch,
-                    ('begin_iteration', 'forward', 'end_iteration',
-                     'backward_parts', '_fold')), (StepProbe,
-                                                   ('_watch_grads', )))
+PUBLICATION = ((StatsCollectorHook, ('_publish', )), )
+#: the options that publish names of their own
+ADDS_NAMES = ('optimizer_state=True', )
+#: each option's own functions (nested calls are counted once);
+#: ActivationProbes.record on the iterations it runs for the watch only (on
+#: the instrumented ones it reports the outputs, as in the baseline)
+OWN_FUNCTIONS = {
+    'optimizer_state=True': ((StepProbe, ('_moment_sums', )),
+                             (ModuleStatsHook, ('_report_moments', ))),
+    'watch_nonfinite=True':
+    ((NonfiniteWatch, ('begin_iteration', 'forward', 'end_iteration',
+                       'backward_parts', '_fold')),
+     (StepProbe, ('_watch_grads', )), (ActivationProbes, ('record', ),
+                                       lambda probes: not probes.armed)),
+}
 
 
 @contextlib.contextmanager
-def timed_watch(spent: List[float]):
-    """Add the host seconds spent in ``WATCH_FUNCTIONS`` to ``spent[0]``
-    (nested calls counted once)."""
+def timed(functions, spent: List[float]):
+    """Add the host seconds spent in ``functions`` (``((cls, names[,
+    when]), ...)``: ``when(self)`` decides per call, if given) to
+    ``spent[0]`` (nested calls counted once)."""
     originals = []
     depth = [0]
 
-    def timed(function):
+    def timer(function, when):
 
-        def wrapper(*args, **kwargs):
+        def wrapper(self, *args, **kwargs):
+            if when is not None and not when(self):
+                return function(self, *args, **kwargs)
             depth[0] += 1
             start = time.perf_counter()
             try:
-                return function(*args, **kwargs)
+                return function(self, *args, **kwargs)
             finally:
                 depth[0] -= 1
                 if not depth[0]:
@@ -82,10 +99,10 @@ def timed_watch(spent: List[float]):
 
         return wrapper
 
-    for cls, names in WATCH_FUNCTIONS:
+    for cls, names, *when in functions:
         for name in names:
             originals.append((cls, name, getattr(cls, name)))
-            setattr(cls, name, timed(getattr(cls, name)))
+            setattr(cls, name, timer(getattr(cls, name), *when or (None, )))
     try:
         yield
     finally:
@@ -114,8 +131,11 @@ class ThreadTime(Hook):
             self.times[-1] += time.thread_time()
 
 
-def train(iters: int, options, optimizer: str) -> Dict[str, List[float]]:
-    """Per-iteration CPU and wall times (s) of one demo run."""
+def train(iters: int, setup: str, optimizer: str) -> dict:
+    """Per-iteration CPU and wall times (s) of one demo run of ``setup``,
+    and the host seconds per iteration spent in the setup's own functions
+    and in the publication."""
+    options = SETUPS[setup]
     hooks = [dict(type='mmstats.StatsCollectorHook')]
     if options is not None:
         hooks.append(
@@ -132,13 +152,18 @@ def train(iters: int, options, optimizer: str) -> Dict[str, List[float]]:
     cpu: List[float] = []
     runner.register_hook(ThreadTime('HIGHEST', cpu), 'HIGHEST')
     runner.register_hook(ThreadTime('LOWEST', cpu), 'LOWEST')
-    spent = [0.0]
-    with timed_watch(spent):
+    own, publication = [0.0], [0.0]
+    with timed(OWN_FUNCTIONS.get(setup, ()), own), \
+            timed(PUBLICATION, publication):
         runner.train()
     wall = list(runner.message_hub.get_scalar('train/time').data[0])
     for cls in ManagerMixin.__subclasses__():
         cls._instance_dict.clear()
-    return dict(cpu=cpu, wall=wall, watch=spent[0] / iters)
+    return dict(
+        cpu=cpu,
+        wall=wall,
+        own=own[0] / iters,
+        publication=publication[0] / iters)
 
 
 def main() -> None:
@@ -154,7 +179,7 @@ def main() -> None:
         names = list(SETUPS)
         names = names[repeat % len(names):] + names[:repeat % len(names)]
         for name in names:
-            runs[name].append(train(args.iters, SETUPS[name], args.optimizer))
+            runs[name].append(train(args.iters, name, args.optimizer))
     device = 'cuda' if torch.cuda.is_available() else 'cpu, 1 thread'
     print(f'## digits demo ({args.optimizer}), {args.iters} iterations, '
           f'interval {INTERVAL}, {device}, medians of {args.repeats} '
@@ -162,14 +187,24 @@ def main() -> None:
     for clock in ('cpu', 'wall'):
         print(f'\n{clock} time')
         report(runs, clock, warmup)
-    own = [run['watch'] for run in runs[WATCHED]]
+    print('\nown host time per iteration (median of the repeats; first '
+          'interval included), as a share of the baseline\'s CPU time per '
+          'iteration')
     base = [statistics.median(run['cpu'][warmup:]) for run in runs[BASELINE]]
-    shares = [o / b for o, b in zip(own, base)]
-    print(f'\nthe watch\'s own host time: '
-          f'{statistics.median(own) * 1e3:.3f} ms per iteration, '
-          f'{100 * statistics.median(shares):.2f}% of the baseline\'s '
-          'CPU time per iteration (median of the repeats; first interval '
-          'included)')
+    for name in OWN_FUNCTIONS:
+        # the extra names' publication: only an option that adds names
+        extra = [
+            run['publication'] -
+            b['publication'] if name in ADDS_NAMES else 0.0
+            for run, b in zip(runs[name], runs[BASELINE])
+        ]
+        own = [run['own'] + e for run, e in zip(runs[name], extra)]
+        shares = [o / b for o, b in zip(own, base)]
+        print(f'{name:42s} {statistics.median(own) * 1e3:.3f} ms '
+              f'({100 * statistics.median(shares):.2f}%' +
+              (f'; of which the extra names\' publication '
+               f'{statistics.median(extra) * 1e3:+.3f} ms)' if name in
+               ADDS_NAMES else ')'))
 
 
 def report(runs: Dict[str, List[Dict[str, List[float]]]], clock: str,
