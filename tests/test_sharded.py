@@ -40,9 +40,9 @@ from mmengine.registry import MODELS
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from tests.helpers.deepspeed import use_deepspeed
 from tests.helpers.dist import run_distributed
-from tests.helpers.runner import read_scalars, toy_cfg
+from tests.helpers.flexible import flexible_cfg, use_strategy
+from tests.helpers.runner import read_scalars
 from tests.helpers.toy import ToyBNModel, ToyDataset
 
 MAX_ITERS = 4
@@ -311,42 +311,19 @@ def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
 
     import mmstats.hooks.module_stats_hook as module_stats_hook
     torch.manual_seed(rank)
-    cfg = toy_cfg(
-        f'{work_dir}/r{rank}',
-        by_epoch=False,
+    cfg = flexible_cfg(
+        work_dir,
+        rank,
         num_samples=SAMPLES,
         batch_size=8,
         max_iters=MAX_ITERS,
         log_interval=INTERVAL)
     cfg.model = dict(type='ShardToyModel', with_cp=with_cp)
     cfg.train_dataloader.dataset = dict(type='ToyDataset', num_samples=SAMPLES)
-    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
-    cfg.train_cfg.pop('val_interval', None)
-    cfg.default_hooks.pop('checkpoint')
-    cfg.launcher = 'pytorch'
-    if strategy.startswith('zero'):
-        use_deepspeed(cfg, int(strategy[-1]))
-    elif strategy == 'ddp':
-        cfg.strategy = dict(
-            type='DDPStrategy',
-            model_wrapper=dict(
-                type='MMDistributedDataParallel', device_ids=None))
-    elif strategy.startswith('fsdp2'):
-        cfg.strategy = dict(
-            type='DDPStrategy',
-            model_wrapper=dict(
-                type='mmstats.FullyShard',
-                blocks=r'backbone\.(stem|layer1)|head',
-                **(dict(param_dtype='bfloat16', fp32_modules=BN_NAMES)
-                   if strategy == 'fsdp2_bf16' else {}),
-                **(dict(replicas=2) if strategy == 'fsdp2_hsdp' else {})))
-    else:
-        cfg.strategy = dict(
-            type='FSDPStrategy',
-            model_wrapper=dict(
-                type='MMFullyShardedDataParallel',
-                device_id='cpu',
-                use_orig_params=strategy != 'fsdp_flat'))
+    use_strategy(
+        cfg, 'fsdp2' if strategy == 'fsdp2_bf16' else strategy,
+        **(dict(param_dtype='bfloat16', fp32_modules=BN_NAMES)
+           if strategy == 'fsdp2_bf16' else {}))
     if compiled:
         cfg.compile = True
     cfg.custom_hooks = [

@@ -16,7 +16,8 @@ import torch
 from mmengine.hooks import Hook
 
 from tests.helpers.dist import run_distributed
-from tests.helpers.runner import read_scalars, toy_cfg
+from tests.helpers.flexible import flexible_cfg, use_strategy
+from tests.helpers.runner import read_scalars
 from tests.test_hooks.test_module_stats_optimizer import reference
 from tests.test_sharded import MODULES, SAMPLES, TARGETS
 
@@ -109,36 +110,19 @@ def _train(rank, world, work_dir, strategy, optimizer):
     from mmengine.runner import FlexibleRunner
     HOOKS.register_module(module=FullStateRecorder, force=True)
     torch.manual_seed(rank)
-    cfg = toy_cfg(
-        f'{work_dir}/r{rank}',
-        by_epoch=False,
+    cfg = flexible_cfg(
+        work_dir,
+        rank,
         num_samples=SAMPLES,
         batch_size=8,
         max_iters=MAX_ITERS,
         log_interval=INTERVAL)
     cfg.model = dict(type='ShardToyModel')
     cfg.train_dataloader.dataset = dict(type='ToyDataset', num_samples=SAMPLES)
-    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
-    cfg.train_cfg.pop('val_interval', None)
-    cfg.default_hooks.pop('checkpoint')
-    cfg.launcher = 'pytorch'
     cfg.optim_wrapper = dict(
         optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.1) if optimizer ==
         'AdamW' else dict(type='SGD', lr=0.1, momentum=0.9))
-    if strategy.startswith('fsdp2'):
-        cfg.strategy = dict(
-            type='DDPStrategy',
-            model_wrapper=dict(
-                type='mmstats.FullyShard',
-                blocks=r'backbone\.(stem|layer1)|head',
-                **(dict(replicas=2) if strategy == 'fsdp2_hsdp' else {})))
-    else:
-        cfg.strategy = dict(
-            type='FSDPStrategy',
-            model_wrapper=dict(
-                type='MMFullyShardedDataParallel',
-                device_id='cpu',
-                use_orig_params=strategy != 'fsdp_flat'))
+    use_strategy(cfg, strategy)
     cfg.custom_hooks = [
         dict(
             type='mmstats.StatsCollectorHook',

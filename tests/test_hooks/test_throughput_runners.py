@@ -7,65 +7,32 @@ training stays compiled."""
 import pytest
 from mmengine.runner import Runner
 
-from tests.helpers.deepspeed import use_deepspeed
 from tests.helpers.dist import run_distributed
+from tests.helpers.flexible import flexible_cfg, use_strategy
 from tests.helpers.runner import read_scalars, toy_cfg
 from tests.test_hooks.test_throughput_hook import toy_flops_per_sample
-
-STRATEGIES = {
-    'ddp':
-    dict(
-        type='DDPStrategy',
-        model_wrapper=dict(type='MMDistributedDataParallel', device_ids=None)),
-    'fsdp':
-    dict(
-        type='FSDPStrategy',
-        model_wrapper=dict(
-            type='MMFullyShardedDataParallel',
-            device_id='cpu',
-            use_orig_params=True)),
-    'fsdp_flat':
-    dict(
-        type='FSDPStrategy',
-        model_wrapper=dict(
-            type='MMFullyShardedDataParallel',
-            device_id='cpu',
-            use_orig_params=False)),
-    'fsdp2':
-    dict(
-        type='DDPStrategy',
-        model_wrapper=dict(
-            type='mmstats.FullyShard',
-            blocks=r'backbone\.(stem|layer1)|head')),
-}
 
 
 def _train(rank, world_size, work_dir, strategy):
     from mmengine.runner import FlexibleRunner
 
     # an infinite sampler: batches of 8 on each rank
-    cfg = toy_cfg(
-        f'{work_dir}/r{rank}',
-        by_epoch=False,
+    cfg = flexible_cfg(
+        work_dir,
+        rank,
         num_samples=40,
         batch_size=8,
         max_iters=6,
         log_interval=3)
-    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
-    cfg.train_cfg.pop('val_interval', None)
-    cfg.default_hooks.pop('checkpoint')
-    cfg.launcher = 'pytorch'
-    if strategy.startswith('zero'):
-        use_deepspeed(cfg, int(strategy[-1]))
-    else:
-        cfg.strategy = STRATEGIES[strategy]
+    use_strategy(cfg, strategy)
     cfg.custom_hooks = [dict(type='mmstats.ThroughputHook')]
     runner = FlexibleRunner.from_cfg(cfg)
     runner.train()
     return read_scalars(runner, missing_ok=True)
 
 
-@pytest.mark.parametrize('strategy', list(STRATEGIES) + ['zero2', 'zero3'])
+@pytest.mark.parametrize(
+    'strategy', ['ddp', 'fsdp', 'fsdp_flat', 'fsdp2', 'zero2', 'zero3'])
 def test_full_model_flops_and_all_samples(tmp_path, strategy):
     if strategy.startswith('zero'):
         pytest.importorskip('deepspeed')
