@@ -26,6 +26,17 @@ NAMES = ('backbone.stem', 'backbone.layer1', 'backbone.layer1.0', 'head')
 MODULES = r'backbone\.(stem|layer1(\.0)?)|head'
 
 
+def named_targets(runner, freeze=None) -> dict:
+    """The modules of NAMES in ``runner``'s (unwrapped) model, by name;
+    module ``freeze``, if given, made to need no gradient."""
+    model = runner.model.module if is_model_wrapper(
+        runner.model) else runner.model
+    modules = {n: m for n, m in model.named_modules() if n in NAMES}
+    if freeze:
+        modules[freeze].requires_grad_(False)
+    return modules
+
+
 class RawRecorder(Hook):
     """Keep, per iteration, the raw outputs of NAMES (forward calls outside
     a backward pass) and the gradients and weights around each optimizer
@@ -38,11 +49,7 @@ class RawRecorder(Hook):
         self.iter = 0
 
     def before_train(self, runner):
-        model = runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
-        self.modules = {n: m for n, m in model.named_modules() if n in NAMES}
-        if self.freeze:
-            self.modules[self.freeze].requires_grad_(False)
+        self.modules = named_targets(runner, self.freeze)
         for name, module in self.modules.items():
             module.register_forward_hook(self._forward_hook(name))
         optim_wrapper = runner.optim_wrapper

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 from mmengine.runner import Runner
 
 from mmstats import ModuleStatsHook
 from tests.helpers.dist import run_distributed
-from tests.helpers.module_stats import NAMES, module_stats_cfg, scalars
+from tests.helpers.module_stats import (NAMES, module_stats_cfg, named_targets,
+                                        scalars)
 from tests.helpers.runner import gloo_launch
 
 PUBLISHED = (3, 6)
@@ -49,11 +49,7 @@ class StateRecorder(Hook):
         self.steps = {}
 
     def before_train(self, runner):
-        model = runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
-        self.modules = {n: m for n, m in model.named_modules() if n in NAMES}
-        if self.freeze:
-            self.modules[self.freeze].requires_grad_(False)
+        self.modules = named_targets(runner, self.freeze)
         optimizer = runner.optim_wrapper.optimizer
         optimizer.register_step_post_hook(
             lambda *_: self._record(runner, optimizer))

@@ -7,18 +7,8 @@ import pytest
 import torch
 
 from mmstats.stats import Collector, phase, report, reporting
-
-
-@pytest.fixture(autouse=True)
-def clean_state():
-    reporting.reset()
-    torch._dynamo.reset()
-    saved = torch._dynamo.config.error_on_recompile
-    torch._dynamo.config.error_on_recompile = True
-    yield
-    torch._dynamo.config.error_on_recompile = saved
-    torch._dynamo.reset()
-    reporting.reset()
+# the autouse fixture: a clean reporter and dynamo, recompiles are errors
+from tests.test_stats.test_report_compile import clean_state  # noqa: F401
 
 
 class GraphRecorder:
