@@ -27,20 +27,22 @@ Usage: ``python tools/benchmarks/health_spikes_histograms.py [--iters N]
 tensorboard).
 """
 import argparse
+import os.path as osp
 import statistics
-import tempfile
+import sys
 import time
 from typing import Dict, List
 
 import torch
-from mmengine.config import Config
 from mmengine.runner import Runner
 from mmengine.utils import ManagerMixin
 
 import mmstats  # noqa: F401  (registers the hooks)
 from mmstats.hooks.stats_collector_hook import StatsCollectorHook
 
-INTERVAL = 10  # LoggerHook's interval in the demo
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from module_stats import INTERVAL, demo_cfg  # noqa: E402
+
 MAIN_CONFIG = ('projects/digits_demo/configs/demo/'
                'resnet-mini_1xb64-precise-bn-stats_digits.py')
 STATS = ('mean', 'std', 'min', 'max')
@@ -90,15 +92,9 @@ class _Timed:
 
 def train(iters: int, setup: str) -> Dict[str, List[float]]:
     """Per-iteration times (s) of one run and the timed methods' calls."""
-    cfg = Config.fromfile(MAIN_CONFIG)
-    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters)
-    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
-    cfg.param_scheduler = None
-    cfg.default_hooks.checkpoint = None
-    cfg.default_hooks.logger.interval = INTERVAL
-    cfg.custom_hooks = [
-        dict(type='mmstats.StatsCollectorHook', **SETUPS[setup])
-    ]
+    cfg = demo_cfg(iters,
+                   [dict(type='mmstats.StatsCollectorHook', **SETUPS[setup])],
+                   MAIN_CONFIG)
     if setup in TENSORBOARD:
         cfg.visualizer = dict(
             type='Visualizer',
@@ -106,9 +102,6 @@ def train(iters: int, setup: str) -> Dict[str, List[float]]:
                 dict(type='LocalVisBackend'),
                 dict(type='TensorboardVisBackend')
             ])
-    cfg.work_dir = tempfile.mkdtemp()
-    cfg.experiment_name = f'bench_{time.time_ns()}'
-    cfg.log_level = 'WARNING'
     with _Timed() as timed:
         runner = Runner.from_cfg(cfg)
         runner.train()

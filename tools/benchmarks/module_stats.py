@@ -78,11 +78,13 @@ class Images(Dataset):
         return dict(inputs=self.x[idx], labels=self.y[idx])
 
 
-def demo_runner(iters: int, hooks: list) -> Runner:
-    """The digits demo (``projects/digits_demo``, iteration-based config,
-    batch 64, LoggerHook interval 10), without validation/checkpoints."""
+def demo_cfg(iters: int, hooks: list, config: str = DEMO_CONFIG):
+    """The config of a digits demo run (``projects/digits_demo``; by
+    default the iteration-based config, batch 64) of ``iters`` iterations
+    with ``hooks``, LoggerHook interval 10, without validation, scheduler
+    or checkpoints, in a fresh temporary work dir, quiet."""
     from mmengine.config import Config
-    cfg = Config.fromfile(DEMO_CONFIG)
+    cfg = Config.fromfile(config)
     cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters)
     cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     cfg.param_scheduler = None
@@ -92,7 +94,12 @@ def demo_runner(iters: int, hooks: list) -> Runner:
     cfg.work_dir = tempfile.mkdtemp()
     cfg.experiment_name = f'bench_{time.time_ns()}'
     cfg.log_level = 'WARNING'
-    return Runner.from_cfg(cfg)
+    return cfg
+
+
+def demo_runner(iters: int, hooks: list) -> Runner:
+    """A Runner of :func:`demo_cfg`."""
+    return Runner.from_cfg(demo_cfg(iters, hooks))
 
 
 def train(iters: int,
