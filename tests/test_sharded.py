@@ -306,11 +306,10 @@ def _sharded_state(model) -> list:
     return states
 
 
-def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
-    from mmengine.runner import FlexibleRunner
-
-    import mmstats.hooks.module_stats_hook as module_stats_hook
-    torch.manual_seed(rank)
+def shard_toy_cfg(work_dir, rank, **model):
+    """The FlexibleRunner config of ``ShardToyModel(**model)`` on rank
+    ``rank``: SAMPLES samples in batches of 8, MAX_ITERS iterations,
+    published every INTERVAL; no strategy yet."""
     cfg = flexible_cfg(
         work_dir,
         rank,
@@ -318,8 +317,17 @@ def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
         batch_size=8,
         max_iters=MAX_ITERS,
         log_interval=INTERVAL)
-    cfg.model = dict(type='ShardToyModel', with_cp=with_cp)
+    cfg.model = dict(type='ShardToyModel', **model)
     cfg.train_dataloader.dataset = dict(type='ToyDataset', num_samples=SAMPLES)
+    return cfg
+
+
+def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
+    from mmengine.runner import FlexibleRunner
+
+    import mmstats.hooks.module_stats_hook as module_stats_hook
+    torch.manual_seed(rank)
+    cfg = shard_toy_cfg(work_dir, rank, with_cp=with_cp)
     use_strategy(
         cfg, 'fsdp2' if strategy == 'fsdp2_bf16' else strategy,
         **(dict(param_dtype='bfloat16', fp32_modules=BN_NAMES)

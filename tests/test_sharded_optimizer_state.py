@@ -16,14 +16,11 @@ import torch
 from mmengine.hooks import Hook
 
 from tests.helpers.dist import run_distributed
-from tests.helpers.flexible import flexible_cfg, use_strategy
+from tests.helpers.flexible import use_strategy
 from tests.helpers.runner import read_scalars
 from tests.test_hooks.test_module_stats_optimizer import reference
-from tests.test_sharded import MODULES, SAMPLES, TARGETS
+from tests.test_sharded import MODULES, PUBLISHED, TARGETS, shard_toy_cfg
 
-MAX_ITERS = 4
-INTERVAL = 2
-PUBLISHED = (2, 4)
 STATS = {
     'AdamW': ('exp_avg_norm', 'exp_avg_cos', 'exp_avg_sq_sqrt_norm'),
     'SGD': ('momentum_buffer_norm', 'momentum_buffer_cos'),
@@ -110,15 +107,7 @@ def _train(rank, world, work_dir, strategy, optimizer):
     from mmengine.runner import FlexibleRunner
     HOOKS.register_module(module=FullStateRecorder, force=True)
     torch.manual_seed(rank)
-    cfg = flexible_cfg(
-        work_dir,
-        rank,
-        num_samples=SAMPLES,
-        batch_size=8,
-        max_iters=MAX_ITERS,
-        log_interval=INTERVAL)
-    cfg.model = dict(type='ShardToyModel')
-    cfg.train_dataloader.dataset = dict(type='ToyDataset', num_samples=SAMPLES)
+    cfg = shard_toy_cfg(work_dir, rank)
     cfg.optim_wrapper = dict(
         optimizer=dict(type='AdamW', lr=1e-2, weight_decay=0.1) if optimizer ==
         'AdamW' else dict(type='SGD', lr=0.1, momentum=0.9))
