@@ -327,6 +327,14 @@ BUGS = [
         "seen = [o for o in origins if o['names'].get(name)]",
         'seen = origins',
         ('tests/test_hooks/test_nonfinite_origin_dist.py', )),
+    Bug('TP9', "the clock runs on after an epoch's last publication",
+        'mmstats/hooks/throughput_hook.py', 'restart=not last)',
+        'restart=True)', ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('TP10', "the clock restarted before the publication's collective",
+        'mmstats/hooks/throughput_hook.py',
+        'self._stamp = perf_counter()  # after the collective',
+        'self._stamp = now  # after the collective',
+        ('tests/test_hooks/test_throughput_hook.py', )),
 ]
 
 

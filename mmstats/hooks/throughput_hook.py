@@ -17,7 +17,8 @@ from mmstats.memory import MemoryReader
 from mmstats.registry import HOOKS
 from mmstats.sharding import unwrap_model
 from mmstats.throughput import batch_rows, reduce_interval
-from mmstats.utils.args import check_bool, check_log_interval
+from mmstats.utils.args import (check_bool, check_keywords, check_log_interval,
+                                refuse_second_instance)
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .text_line import write_text_line
@@ -41,6 +42,7 @@ TEXT_KEYS = {
 
 
 @HOOKS.register_module()
+@check_keywords
 class ThroughputHook(Hook):
     """Peak memory, throughput, FLOP/s and MFU of training, over all ranks.
 
@@ -58,8 +60,11 @@ class ThroughputHook(Hook):
       the process's peak resident memory *since it started*, MiB, max over
       ranks), each with ``<key>_rank``, the rank holding it;
     - ``throughput/iters``, ``throughput/time`` (the interval's wall time,
-      max over ranks; validation loops and the time between epochs are not
-      in it), ``throughput/iters_per_s``;
+      max over ranks, from the end of the hook's previous publication, or
+      the epoch's start, to this one's start; validation loops, the time
+      after an epoch's last publication up to the next epoch's start and
+      the hook's own publications are in no interval),
+      ``throughput/iters_per_s``;
     - ``throughput/samples`` (the rows of the data batches all ranks saw:
       an uneven last batch counts as it is) and ``throughput/samples_per_s``;
     - ``throughput/flops`` (the interval's FLOPs, all ranks: the FLOPs of
@@ -73,6 +78,10 @@ class ThroughputHook(Hook):
     A figure that cannot be had on some rank (a batch whose size cannot be
     found, see :func:`mmstats.throughput.batch_rows`) is absent everywhere,
     with one warning. Validation and test loops publish nothing.
+
+    A misspelt argument names the closest one (``count_flop=False``: "did
+    you mean count_flops?"); a second ThroughputHook in the same run is
+    refused at ``before_run``, naming both.
 
     Args:
         interval (int, optional): Publish every ``interval`` inner
@@ -137,6 +146,7 @@ class ThroughputHook(Hook):
         reader of the model's device (every rank: the gloo group of the
         collective is created here)."""
         refuse_unchecked_strategy(runner, OWNER)
+        refuse_second_instance(OWNER, runner.hooks, ThroughputHook)
         self._flops.stop()  # a previous run that failed while counting
         self._start_run()
         self.schedule = PublicationSchedule(runner, self.interval)
@@ -165,7 +175,9 @@ class ThroughputHook(Hook):
         self._stamp = perf_counter()
 
     def after_train_epoch(self, runner: Runner) -> None:
-        """Stop the clock until the next epoch begins."""
+        """Stop the clock until the next epoch begins (it stopped at the
+        epoch's last publication already, unless a custom loop has no last
+        iteration the schedule knows)."""
         self._pause()
 
     def before_train_iter(self,
@@ -197,8 +209,17 @@ class ThroughputHook(Hook):
         self._iters += 1
         self._run_iters += 1
         if self.schedule.publishes_after(runner, batch_idx):
-            self._publish(runner, self.schedule.logs_after(runner, batch_idx),
-                          runner.iter + 1)
+            # the epoch's (or run's) last iteration stops the clock: what
+            # runs until the next epoch (the after_train_epoch work of
+            # hooks before this one, precise BN say) is in no interval
+            last = (
+                self.schedule.ends_epoch(runner, batch_idx)
+                or self.schedule.ends_run(runner, batch_idx))
+            self._publish(
+                runner,
+                self.schedule.logs_after(runner, batch_idx),
+                runner.iter + 1,
+                restart=not last)
 
     # -- validation inside training: not in the training figures -----------
     def before_val(self, runner: Runner) -> None:
@@ -241,14 +262,21 @@ class ThroughputHook(Hook):
             return self.peak_flops
         return self._flops.peak(self._device_name)
 
-    def _publish(self, runner: Runner, logged: bool, step: int) -> None:
+    def _publish(self,
+                 runner: Runner,
+                 logged: bool,
+                 step: int,
+                 restart: bool = False) -> None:
         """Reduce the interval over all ranks (one collective) and write
         it: every figure to the visualizers, the short ones to the message
-        hub for LoggerHook's line (if ``logged``)."""
-        if self._stamp is not None:
+        hub for LoggerHook's line (if ``logged``). The clock stops for the
+        publication (a rank's wait for the others at the collective is in
+        no interval) and runs again after it if it ran and ``restart``."""
+        running = self._stamp is not None
+        if running:
             now = perf_counter()
             self._elapsed += now - self._stamp
-            self._stamp = now
+            self._stamp = None
         memory = self._memory.read()  # before LoggerHook resets the peaks
         for name, value in self._folded.items():
             if memory[name] is not None:
@@ -316,6 +344,8 @@ class ThroughputHook(Hook):
                     TEXT_KEYS[key]: value
                     for key, value in scalars.items() if key in TEXT_KEYS
                 })
+        if running and restart:
+            self._stamp = perf_counter()  # after the collective
 
     def _to_message_hub(self, runner: Runner, text: Dict[str, float]) -> None:
         """The text line's keys, latest value only; a key without a value

@@ -14,6 +14,7 @@ from mmengine.runner import Runner
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+import mmstats.hooks.precise_bn_hook as precise_bn_hook
 import mmstats.hooks.throughput_hook as throughput_hook
 from mmstats.flops import IterationFlops, peak_flops
 from mmstats.hooks import ThroughputHook
@@ -66,6 +67,16 @@ class FakeMemory:
         return {name: value for name in reader.names}
 
 
+def slowed(function, seconds: float):
+    """``function`` taking ``seconds`` on the fake clock."""
+
+    def slow(*args, **kwargs):
+        throughput_hook.perf_counter.now += seconds
+        return function(*args, **kwargs)
+
+    return slow
+
+
 @ROOT_HOOKS.register_module(force=True)
 class RawValuesHook(Hook):
     """Each iteration takes ``(iter + 1) * (rank + 1) / 4`` fake seconds;
@@ -108,13 +119,25 @@ def _hook(runner, cls):
     return [h for h in runner.hooks if isinstance(h, cls)][0]
 
 
-def _train(rank, world_size, work_dir, cfg_args, hook_args=None):
+def _train(rank,
+           world_size,
+           work_dir,
+           cfg_args,
+           hook_args=None,
+           precise_bn=False):
     """Train the toy model with ThroughputHook on a fake clock and fake
-    memory readings; return the raw values and what was published."""
+    memory readings; return the raw values and what was published. The
+    hook's publication takes 250 fake seconds (its collective: in no
+    interval); with ``precise_bn`` a PreciseBNHook (priority ABOVE_NORMAL:
+    its after_train_epoch runs before ThroughputHook's) recomputes the BN
+    statistics after every epoch in 1000 fake seconds (in no interval)."""
     fake_memory = FakeMemory(rank)
-    saved = throughput_hook.perf_counter, MemoryReader.read
+    saved = (throughput_hook.perf_counter, MemoryReader.read,
+             throughput_hook.reduce_interval, precise_bn_hook.update_bn_stats)
     throughput_hook.perf_counter = FakeClock()
     MemoryReader.read = fake_memory
+    throughput_hook.reduce_interval = slowed(saved[2], 250.0)
+    precise_bn_hook.update_bn_stats = slowed(saved[3], 1000.0)
     try:
         cfg = toy_cfg(work_dir, **cfg_args)
         if world_size > 1:
@@ -124,10 +147,15 @@ def _train(rank, world_size, work_dir, cfg_args, hook_args=None):
             dict(type='RawValuesHook'),
             dict(type='ThroughputMarksHook')
         ]
+        if precise_bn:
+            cfg.custom_hooks.append(
+                dict(type='mmstats.PreciseBNHook', num_samples=16))
         runner = Runner.from_cfg(cfg)
         runner.train()
     finally:
-        throughput_hook.perf_counter, MemoryReader.read = saved
+        (throughput_hook.perf_counter, MemoryReader.read,
+         throughput_hook.reduce_interval,
+         precise_bn_hook.update_bn_stats) = saved
     raw = _hook(runner, RawValuesHook)
     return dict(
         rows=raw.rows,
@@ -200,11 +228,18 @@ def check_publications(results, steps, texts, per_sample):
 # ------------------------------------------------------------ real Runners
 def test_epochs_with_an_uneven_last_batch(tmp_path, clean_mmengine):
     """7 iterations per epoch (the last of 5 samples), a line every 3:
-    publications at 3, 6, 7 and 10, 13, 14; the validation loops and the
-    time between epochs are in no interval."""
-    result = _train(0, 1, str(tmp_path),
-                    dict(num_samples=53, batch_size=8, log_interval=3))
+    publications at 3, 6, 7 and 10, 13, 14; the validation loops, the
+    publications' collectives and the time between epochs (precise BN's
+    recomputation, before ThroughputHook's after_train_epoch, included)
+    are in no interval."""
+    result = _train(
+        0,
+        1,
+        str(tmp_path),
+        dict(num_samples=53, batch_size=8, log_interval=3),
+        precise_bn=True)
     assert result['rows'] == [8] * 6 + [5] + [8] * 6 + [5]
+    assert result['log'].count('PreciseBN (model)') == 2  # took 2000 s
     check_publications([result], [3, 6, 7, 10, 13, 14], {3, 6, 10, 13},
                        toy_flops_per_sample())
     line = [ln for ln in result['log'].splitlines() if '[2][6/7]' in ln][0]
