@@ -46,6 +46,8 @@ in ``before_train`` and run eagerly even inside a compiled ``train_step``
 (``torch.compiler.disable``: dynamo breaks the graph there and guards on
 nothing of them).
 """
+import difflib
+import functools
 import itertools
 import math
 import time
@@ -66,8 +68,9 @@ from mmstats.sharding import (ParamLayout, ParamPart, segment_sum, sum_squares,
                               unwrap_model)
 from mmstats.stats import report
 from mmstats.stats.nonfinite import NonfiniteWatch
-from mmstats.utils.args import (check_bool, check_names, check_str,
-                                compile_regex)
+from mmstats.utils.args import (check_bool, check_keywords, check_names,
+                                check_str, compile_regex,
+                                refuse_second_instance, unmatched_alternatives)
 from .schedule import PublicationSchedule, find_hook
 from .stats_collector_hook import StatsCollectorHook
 from .strategies import refuse_unchecked_strategy
@@ -86,6 +89,7 @@ SECOND_MOMENTS = ('exp_avg_sq', )  # sqrt of the sum: ||sqrt(v)||
 
 
 @HOOKS.register_module()
+@check_keywords
 class ModuleStatsHook(Hook):
     """Report activation, gradient and update statistics of the modules
     whose names match ``modules``, on the iterations where the statistics
@@ -136,6 +140,16 @@ class ModuleStatsHook(Hook):
     the parts it holds, SUM-reduced in one all_reduce per instrumented step
     (``docs/sharding.md``). See ``docs/module_stats.md`` (schedule, compile,
     AMP, checkpointing, cost).
+
+    Mistakes get the fix: a misspelt argument names the closest one
+    (``modules_regex=``: "did you mean modules?"); a second ModuleStatsHook
+    in the same run is refused at ``before_run``, naming both; ``modules``
+    matching no module name is refused at ``before_train``, and a top-level
+    ``|``-alternative of it that matches none while others do is warned
+    about once, with the model's names closest to it. Under
+    ``DeepSpeedStrategy`` the hook wraps the optimizer wrapper's ``step``
+    keeping the mark mmengine's parameter schedulers check
+    (``_with_counter``): no scheduler warning comes from it.
 
     Args:
         modules (str): Regular expression matched (``re.fullmatch``) against
@@ -205,6 +219,7 @@ class ModuleStatsHook(Hook):
         self._layout: Optional[ParamLayout] = None
         self._weights: List[tuple] = []  # (segments, part) in the targets
         self._device = torch.device('cpu')
+        self._warned_unmatched = False
         self._publishes = False
         self._skipped = 0
         self._cost = 0.0
@@ -215,6 +230,7 @@ class ModuleStatsHook(Hook):
         ``optimizer_state`` under DeepSpeed); take the publication rule:
         StatsCollectorHook's, or without one LoggerHook's lines."""
         refuse_unchecked_strategy(runner, OWNER)
+        refuse_second_instance(OWNER, runner.hooks, ModuleStatsHook)
         if self.optimizer_state and type(getattr(
                 runner, 'strategy', None)).__name__ == 'DeepSpeedStrategy':
             raise RuntimeError(
@@ -247,6 +263,7 @@ class ModuleStatsHook(Hook):
                 f'ModuleStatsHook: modules={self.modules!r} matches no '
                 f'module name of {type(model).__name__} (re.fullmatch); '
                 f'its modules are: {shown}')
+        self._warn_unmatched(model)
         if self._collector_hook is None:
             print_log(
                 'ModuleStatsHook: no StatsCollectorHook in custom_hooks: '
@@ -320,6 +337,33 @@ class ModuleStatsHook(Hook):
                     or self.watch_nonfinite):
                 probe.remove()  # nothing to take at its steps
                 del self._steps[index], self._totals[index]
+
+    def _warn_unmatched(self, model: nn.Module) -> None:
+        """Warn (once per hook) about each top-level ``|``-alternative of
+        ``modules`` that matches no module name, with the model's names
+        closest to it."""
+        if self._warned_unmatched:
+            return
+        names = [n for n, _ in model.named_modules() if n]
+        unmatched = unmatched_alternatives(self.modules, names)
+        if not unmatched:
+            return
+        self._warned_unmatched = True
+        closest = []
+        for part in unmatched:  # the names most like it, backslashes out
+            near = difflib.get_close_matches(
+                part.replace('\\', ''), names, n=5, cutoff=0)
+            closest.append(f'{part!r}: {", ".join(near)}')
+        print_log(
+            f'ModuleStatsHook: modules={self.modules!r}: the alternative'
+            f'{"s" if len(unmatched) > 1 else ""} '
+            f'{", ".join(repr(p) for p in unmatched)} match'
+            f'{"" if len(unmatched) > 1 else "es"} no module name of '
+            f'{type(model).__name__} (re.fullmatch); only '
+            f'{len(self.targets)} modules are instrumented. Module names '
+            f'closest to {"; ".join(closest)}',
+            'current',
+            level=30)
 
     # -- when ------------------------------------------------------------
     def publishes_after(self, runner: Runner, batch_idx: int) -> bool:
@@ -789,9 +833,18 @@ class StepProbe:
                 torch.compiler.disable(self._post_step)),
         ]
         self._step = None
+        self._own_step = False  # step was an attribute of the wrapper
         if self.engine is not None:  # ZeRO optimizers have no step hooks
             self._step = optim_wrapper.step
-            optim_wrapper.step = self._engine_step
+            self._own_step = 'step' in vars(optim_wrapper)
+
+            def step(**kwargs) -> None:
+                self._engine_step(**kwargs)
+
+            # keep what marks the step we wrap: mmengine's parameter
+            # schedulers wrap it before us and warn at their first step if
+            # their ``_with_counter`` is gone
+            optim_wrapper.step = functools.wraps(self._step)(step)
         self._clip = None
         if getattr(optim_wrapper, 'clip_grad_kwargs', None):
             self._clip = optim_wrapper._clip_grad
@@ -850,8 +903,11 @@ class StepProbe:
         if self._clip is not None:
             del self.optim_wrapper._clip_grad  # the class's method again
             self._clip = None
-        if self._step is not None:
-            del self.optim_wrapper.step
+        if self._step is not None:  # the step we wrapped again
+            if self._own_step:
+                self.optim_wrapper.step = self._step
+            else:
+                del self.optim_wrapper.step
             self._step = None
 
     # -- the hooks ---------------------------------------------------------

@@ -18,7 +18,8 @@ from torch.utils.data import DataLoader
 from mmstats.precise_bn import check_args, layers_to_update, update_bn_stats
 from mmstats.registry import HOOKS
 from mmstats.sharding import is_sharded, unwrap_model
-from mmstats.utils.args import check_bool, check_positive_int
+from mmstats.utils.args import (check_bool, check_keywords, check_positive_int,
+                                refuse_second_instance)
 from .schedule import PublicationSchedule, find_hook
 from .strategies import refuse_unchecked_strategy
 
@@ -33,6 +34,7 @@ HUB_KEYS = (VAR_CHANGE, EMA_VAR_CHANGE)
 
 
 @HOOKS.register_module()
+@check_keywords
 class PreciseBNHook(Hook):
     """Recompute BatchNorm population statistics with frozen weights.
 
@@ -44,6 +46,10 @@ class PreciseBNHook(Hook):
     never touched; its workers persist between runs) and continues its
     sampling sequence after a resume. ``precise_bn/var_change`` appears once
     per run, on the first log line after it. Details: ``docs/precise_bn.md``.
+
+    A misspelt argument names the closest one (``num_sample=1024``: "did
+    you mean num_samples?"); a second PreciseBNHook in the same run is
+    refused at ``before_run``, naming both.
 
     Args:
         num_samples (int): Samples (over all ranks) used per recomputation.
@@ -131,6 +137,7 @@ class PreciseBNHook(Hook):
         """Refuse a strategy whose numbers were never checked; take
         LoggerHook's lines (the log values join them)."""
         refuse_unchecked_strategy(runner, OWNER)
+        refuse_second_instance(OWNER, runner.hooks, PreciseBNHook)
         self._schedule = PublicationSchedule(runner)
 
     def before_train(self, runner: Runner) -> None:

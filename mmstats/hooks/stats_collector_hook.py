@@ -25,9 +25,10 @@ from mmstats.stats.nonfinite import (describe_origins, gather_origins,
 from mmstats.stats.spikes import SpikeDetector, SpikeError
 from mmstats.stats.workers import (WorkerReportingCollate, carries_reports,
                                    deliver_worker_reports)
-from mmstats.utils.args import (check_bool, check_choice, check_log_interval,
-                                check_names, check_positive_int, check_str,
-                                compile_regex, scope_inline_flags)
+from mmstats.utils.args import (check_bool, check_choice, check_keywords,
+                                check_log_interval, check_names,
+                                check_positive_int, check_str, compile_regex,
+                                refuse_second_instance, scope_inline_flags)
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .text_line import write_text_line
@@ -51,6 +52,7 @@ _PHASE_PREFIX = re.compile(r'^(val|test)/')
 
 
 @HOOKS.register_module()
+@check_keywords
 class StatsCollectorHook(Hook):
     """Reduce what :func:`mmstats.report` recorded over all ranks and log it.
 
@@ -68,6 +70,11 @@ class StatsCollectorHook(Hook):
     to the interval they happened in. Collectors live from ``before_run``
     to ``after_run``: building the hook makes nothing live. See
     ``docs/logging.md``.
+
+    A misspelt argument names the closest one (``intervall=5``: "did you
+    mean interval?"); a second StatsCollectorHook in the same run (two
+    pasted ``custom_hooks`` snippets) is refused at ``before_run``, naming
+    both.
 
     Args:
         interval (int, optional): Publish every ``interval`` inner
@@ -280,6 +287,7 @@ class StatsCollectorHook(Hook):
         """Refuse an unchecked strategy; build the publication schedule and
         the collectors of this run (they live until ``after_run``)."""
         refuse_unchecked_strategy(runner, OWNER)
+        refuse_second_instance(OWNER, runner.hooks, StatsCollectorHook)
         self.schedule = PublicationSchedule(runner, self.interval,
                                             self.by_epoch)
         self._start_run()

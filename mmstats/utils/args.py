@@ -13,17 +13,31 @@ Types are checked, not equality: ``0 == False`` and ``1.0 == 1``, but
 ``interval=True`` or ``keep_previous=1`` are mistakes. Every checker returns
 the value it accepts (an int for integers of any integral type).
 
+Mistakes beyond one argument get the fix too: a misspelt keyword names the
+closest argument (:func:`check_keywords`, on every mmstats hook), a second
+instance of a hook names both (:func:`refuse_second_instance`), and a
+regular expression's ``|``-alternative that matches nothing is found by
+:func:`unmatched_alternatives`.
+
 No torch or mmengine import: ``mmstats/stats``, ``mmstats/precise_bn`` and
 ``mmstats/hooks`` all use it.
 """
+import difflib
+import functools
+import inspect
 import numbers
 import re
-from typing import Any, Callable, Optional, Pattern, Sequence
+from typing import (Any, Callable, List, Optional, Pattern, Sequence, Tuple,
+                    TypeVar)
 
 __all__ = [
     'check_bool', 'check_positive_int', 'check_log_interval', 'check_choice',
-    'check_str', 'check_names', 'compile_regex', 'scope_inline_flags'
+    'check_str', 'check_names', 'compile_regex', 'scope_inline_flags',
+    'check_keywords', 'refuse_second_instance', 'split_alternatives',
+    'unmatched_alternatives'
 ]
+
+ClassT = TypeVar('ClassT', bound=type)
 
 _GLOBAL_FLAGS = re.compile(r'\(\?([aiLmsux]+)\)')
 
@@ -217,3 +231,167 @@ def compile_regex(owner: str,
     except re.error as e:
         raise ValueError(f'{owner}: {name} {value!r} is not a valid regular '
                          f'expression ({e}){hint}') from None
+
+
+def _closest(name: str, choices: Sequence[str]) -> str:
+    """``'did you mean X? '`` with the closest of ``choices``, or ''."""
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f'did you mean {close[0]}? ' if close else ''
+
+
+def check_keywords(cls: ClassT) -> ClassT:
+    """Class decorator: a keyword that ``cls.__init__`` does not take
+    raises ``TypeError`` naming the closest argument it takes, before
+    ``__init__`` runs (for a direct call and for a registry's ``build``
+    alike). The signature stays the original one (``inspect.signature``,
+    the docs); an ``__init__`` with ``**kwargs`` is left as it is.
+
+    Example:
+        >>> @check_keywords
+        ... class MyHook:
+        ...     def __init__(self, num_samples=8, interval=1):
+        ...         self.num_samples = num_samples
+        >>> MyHook(num_samples=4).num_samples
+        4
+        >>> MyHook(num_sample=4)
+        Traceback (most recent call last):
+        TypeError: MyHook: unexpected keyword argument 'num_sample'; did you \
+mean num_samples? MyHook takes num_samples, interval
+    """
+    init = cls.__init__
+    params = list(inspect.signature(init).parameters.values())[1:]  # self
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return cls
+    names = [
+        p.name for p in params
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    owner = cls.__name__
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        for name in kwargs:
+            if name not in names:
+                raise TypeError(
+                    f'{owner}: unexpected keyword argument {name!r}; '
+                    f'{_closest(name, names)}{owner} takes '
+                    f'{", ".join(names) or "no arguments"}')
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+def refuse_second_instance(owner: str, hooks: Sequence[Any],
+                           kind: type) -> None:
+    """Raise ``RuntimeError`` if ``hooks`` (a runner's ``runner.hooks``,
+    sorted by priority) hold more than one ``kind``, naming each one's
+    position and priority and the fix. Called by every mmstats hook in
+    ``before_run``: two of them in one run would report, publish or
+    recompute the same things twice.
+
+    Example:
+        >>> class MyHook:
+        ...     priority = 'NORMAL'
+        >>> refuse_second_instance('MyHook', [MyHook()], MyHook)
+        >>> refuse_second_instance('MyHook', [MyHook(), 1, MyHook()], MyHook)
+        Traceback (most recent call last):
+        RuntimeError: MyHook: 2 instances in one run, runner.hooks[0] \
+(priority NORMAL) and runner.hooks[2] (priority NORMAL); a run takes one: \
+keep one dict(type='mmstats.MyHook', ...) in custom_hooks, with the \
+arguments of both
+    """
+    found = [(i, hook) for i, hook in enumerate(hooks)
+             if isinstance(hook, kind)]
+    if len(found) < 2:
+        return
+    where = [
+        f'runner.hooks[{i}] (priority '
+        f'{getattr(hook.priority, "name", hook.priority)})'
+        for i, hook in found
+    ]
+    raise RuntimeError(
+        f'{owner}: {len(found)} instances in one run, '
+        f'{", ".join(where[:-1])} and {where[-1]}; a run takes one: keep '
+        f"one dict(type='mmstats.{kind.__name__}', ...) in custom_hooks, "
+        'with the arguments of both')
+
+
+def _global_flags(regex: str) -> Tuple[str, str]:
+    """``(flags, rest)``: the leading global inline flags of ``regex``
+    (``'(?i)'``, or '') and the pattern after them."""
+    flags = ''
+    match = _GLOBAL_FLAGS.match(regex)
+    while match is not None:
+        flags += match.group(1)
+        regex = regex[match.end():]
+        match = _GLOBAL_FLAGS.match(regex)
+    return (f'(?{flags})' if flags else ''), regex
+
+
+def split_alternatives(regex: str) -> List[str]:
+    r"""The top-level ``|``-alternatives of ``regex``, as written: a ``|``
+    inside parentheses, a character class, after a backslash or (verbose
+    mode) in a comment does not split. Leading global inline flags
+    (``(?i)``) are left out; they apply to every alternative.
+
+    Example:
+        >>> split_alternatives(r'(?i)backbone\.(stem|layer\d)|[|]|a\|b')
+        ['backbone\\.(stem|layer\\d)', '[|]', 'a\\|b']
+    """
+    flags, regex = _global_flags(regex)
+    verbose = 'x' in flags
+    parts, start, depth, i = [], 0, 0, 0
+    class_start = None  # where a character class's items begin
+    while i < len(regex):
+        char = regex[i]
+        if char == '\\':
+            i += 2
+            continue
+        if class_start is not None:
+            if char == ']' and i > class_start:  # '[]' and '[^]': literal
+                class_start = None
+        elif char == '[':
+            class_start = i + 1 + (regex[i + 1:i + 2] == '^')
+        elif char == '#' and verbose:
+            end = regex.find('\n', i)
+            i = len(regex) if end < 0 else end
+            continue
+        elif char == '(':
+            depth += 1
+        elif char == ')':
+            depth -= 1
+        elif char == '|' and depth == 0:
+            parts.append(regex[start:i])
+            start = i + 1
+        i += 1
+    parts.append(regex[start:])
+    return parts
+
+
+def unmatched_alternatives(regex: str, names: Sequence[str]) -> List[str]:
+    r"""The top-level alternatives of ``regex`` (:func:`split_alternatives`)
+    that fullmatch none of ``names``, when there are several; an
+    alternative that cannot be compiled alone (a back reference into
+    another one) is not judged.
+
+    Example:
+        >>> names = ['backbone', 'backbone.stem', 'head']
+        >>> unmatched_alternatives(r'backbone\.layer\d|head', names)
+        ['backbone\\.layer\\d']
+        >>> unmatched_alternatives(r'(?i)HEAD|backbone\.(stem|x)', names)
+        []
+    """
+    flags, _ = _global_flags(regex)
+    parts = split_alternatives(regex)
+    if len(parts) < 2:
+        return []
+    unmatched = []
+    for part in parts:
+        try:
+            pattern = re.compile(flags + part)
+        except re.error:
+            continue
+        if not any(pattern.fullmatch(name) for name in names):
+            unmatched.append(part)
+    return unmatched
