@@ -3,8 +3,11 @@
 
 One process:   python tools/test.py CONFIG CHECKPOINT
 N processes:   bash tools/dist_test.sh CONFIG CHECKPOINT N   (torchrun)
-Runs ``Runner.test()`` on the config's test_dataloader/test_evaluator and
-prints the metrics; works on CPU-only machines (gloo) and on GPUs (NCCL).
+Runs the runner's ``test()`` on the config's test_dataloader/test_evaluator
+and prints the metrics. The runner is built as ``tools/train.py`` builds it
+(``mmstats.utils.build_runner``: a FlexibleRunner with its ``strategy`` when
+the config sets ``runner_type``); works on CPU-only machines (gloo) and on
+GPUs (NCCL).
 """
 import argparse
 import os
@@ -13,10 +16,9 @@ import sys
 
 from mmengine.config import Config, DictAction
 from mmengine.dist import is_main_process
-from mmengine.runner import Runner
 
-from mmstats.utils import (allow_mmengine_checkpoints, finish_distributed,
-                           setup_launcher)
+from mmstats.utils import (allow_mmengine_checkpoints, build_runner,
+                           finish_distributed)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -43,10 +45,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build_config(args: argparse.Namespace) -> Config:
     """Load the config and apply the command line to it."""
-    for path, what in ((args.config, 'config'), (args.checkpoint,
-                                                 'checkpoint')):
-        if not osp.isfile(path):
-            raise FileNotFoundError(f'{what} file {path!r} does not exist')
+    if not osp.isfile(args.config):
+        raise FileNotFoundError(f'config file {args.config!r} does not exist')
+    if not osp.exists(args.checkpoint):  # a sharded one is a directory
+        raise FileNotFoundError(
+            f'checkpoint {args.checkpoint!r} does not exist')
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
@@ -63,8 +66,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     allow_mmengine_checkpoints()  # torch.load(weights_only=True)
     cfg = build_config(args)
-    setup_launcher(cfg)
-    runner = Runner.from_cfg(cfg)
+    runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
     metrics = runner.test()
     if is_main_process():
         print(

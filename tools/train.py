@@ -4,21 +4,27 @@
 One process:   python tools/train.py CONFIG
 N processes:   bash tools/dist_train.sh CONFIG N   (torchrun)
 Slurm:         bash tools/slurm_train.sh PARTITION JOB CONFIG WORK_DIR
-Works on CPU-only machines (gloo) as well as on GPUs (NCCL).
+
+The runner is built the OpenMMLab way (``mmstats.utils.build_runner``): a
+config that sets ``runner_type`` (a FlexibleRunner with a DDP, FSDP, FSDP2
+or DeepSpeed ``strategy``, e.g. one inheriting
+``configs/_base_/strategies/fsdp.py``) gets ``RUNNERS.build(cfg)``, any
+other ``Runner.from_cfg(cfg)``. Works on CPU-only machines (gloo) as well as
+on GPUs (NCCL).
 """
 import argparse
 import os
 import os.path as osp
 import sys
-from typing import Optional
+from typing import Any, Optional
 
+import torch
 from mmengine.config import Config, DictAction
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
-from mmengine.runner import Runner
 
-from mmstats.utils import (allow_mmengine_checkpoints, finish_distributed,
-                           setup_launcher)
+from mmstats.utils import (allow_mmengine_checkpoints, build_runner,
+                           finish_distributed)
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # tools/analysis
 
@@ -73,24 +79,42 @@ def build_config(args: argparse.Namespace) -> Config:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
     if args.amp:
-        import torch
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                '--amp needs a CUDA device (mmengine\'s AmpOptimWrapper); '
-                'this machine has none: drop --amp')
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+        use_amp(cfg)
     if args.resume == 'auto':
         cfg.resume = True
         cfg.load_from = None
     elif args.resume is not None:
-        if not osp.isfile(args.resume):
+        if not osp.exists(args.resume):  # a sharded one is a directory
             raise FileNotFoundError(
                 f'--resume {args.resume!r}: no such checkpoint file (use '
                 '--resume without a path for the latest in the work dir)')
         cfg.resume = True
         cfg.load_from = args.resume
     return cfg
+
+
+def use_amp(cfg: Config) -> None:
+    """``--amp``: mmengine's ``AmpOptimWrapper`` with a dynamic loss scale
+    (under FSDPStrategy mmengine gives it FSDP's sharded scaler). Refused
+    without CUDA, and where the strategy does its own mixed precision."""
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            '--amp needs a CUDA device (mmengine\'s AmpOptimWrapper); '
+            'this machine has none: drop --amp')
+    strategy = cfg.get('strategy') or {}
+    wrapper = strategy.get('model_wrapper') or {}
+    if str(strategy.get('type', '')).endswith('DeepSpeedStrategy'):
+        raise ValueError(
+            '--amp under DeepSpeedStrategy: DeepSpeed does its own mixed '
+            'precision; use --cfg-options strategy.bf16.enabled=True (or '
+            'strategy.fp16.enabled=True) instead')
+    if str(wrapper.get('type', '')).endswith('FullyShard'):
+        raise ValueError(
+            '--amp under FSDP2 (FullyShard): its mixed precision is '
+            'FullyShard\'s own; use --cfg-options '
+            'strategy.model_wrapper.param_dtype=bfloat16 instead')
+    cfg.optim_wrapper.type = 'AmpOptimWrapper'
+    cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
 
 
 class FinalMetricsHook(Hook):
@@ -116,7 +140,7 @@ def plot_curves(scalars: str) -> Optional[str]:
     return plot_training_curves(scalars)
 
 
-def report(runner: Runner, metrics: dict) -> None:
+def report(runner: Any, metrics: dict) -> None:
     """Print the final validation metrics and where the outputs are."""
     if not is_main_process():
         return
@@ -140,8 +164,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     allow_mmengine_checkpoints()  # --resume under torch.load(weights_only)
     cfg = build_config(args)
-    setup_launcher(cfg)
-    runner = Runner.from_cfg(cfg)
+    runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
     final_metrics = FinalMetricsHook()
     runner.register_hook(final_metrics)
     runner.train()

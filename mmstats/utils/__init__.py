@@ -1,8 +1,9 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 from .checkpoint import allow_mmengine_checkpoints
-from .launcher import finish_distributed, init_cpu_distributed, setup_launcher
+from .launcher import (build_runner, check_runner_type, finish_distributed,
+                       init_cpu_distributed, setup_launcher)
 
 __all__ = [
-    'allow_mmengine_checkpoints', 'finish_distributed', 'init_cpu_distributed',
-    'setup_launcher'
+    'allow_mmengine_checkpoints', 'build_runner', 'check_runner_type',
+    'finish_distributed', 'init_cpu_distributed', 'setup_launcher'
 ]

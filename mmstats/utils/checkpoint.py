@@ -8,10 +8,12 @@ exactly those classes instead of loading with ``weights_only=False``, which
 would execute arbitrary pickled code.
 
 ``HistoryBuffer`` pickles its statistics methods as
-``getattr(HistoryBuffer, 'mean')``. Allowlisting ``builtins.getattr`` itself
-would let a checkpoint reach any attribute of any allowlisted class, so the
-pickle's ``getattr`` is mapped to :func:`history_buffer_getattr`, which only
-returns HistoryBuffer's registered statistics methods.
+``getattr(HistoryBuffer, 'mean')``, and FSDP1's sharded checkpoints
+(``FSDPStrategy``, one file per rank) hold ``ShardedTensor`` objects, which
+pickle ``getattr(ShardedTensor, 'ProcessGroupState')``. Allowlisting
+``builtins.getattr`` itself would let a checkpoint reach any attribute of any
+allowlisted class, so the pickle's ``getattr`` is mapped to
+:func:`checkpoint_getattr`, which returns exactly those attributes.
 """
 import pickle
 from typing import Any
@@ -33,28 +35,53 @@ def _numpy_globals() -> list:
     return [np.ndarray, np.dtype, _reconstruct, scalar, *dtypes]
 
 
-def history_buffer_getattr(obj: Any, name: str) -> Any:
-    """``getattr`` restricted to ``HistoryBuffer``'s statistics methods.
+def _getattr_allowed() -> dict:
+    from mmengine.logging import HistoryBuffer
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+    return {
+        HistoryBuffer:
+        {'min', 'max', 'current', 'mean', *HistoryBuffer._statistics_methods},
+        ShardedTensor: {'ProcessGroupState'},
+    }
+
+
+def _sharded_tensor_globals() -> list:
+    """What FSDP1's sharded state dicts pickle (``ShardedTensor`` and its
+    metadata)."""
+    from torch.distributed._shard.metadata import ShardMetadata
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+    from torch.distributed._shard.sharded_tensor.metadata import (
+        MEM_FORMAT_ENCODING, ShardedTensorMetadata, TensorProperties)
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+    from torch.distributed.remote_device import _remote_device
+    return [
+        ShardedTensor, ShardedTensor.ProcessGroupState, ShardMetadata,
+        ShardedTensorMetadata, TensorProperties, MEM_FORMAT_ENCODING,
+        ChunkShardingSpec, _remote_device,
+        torch.distributed._shard.sharded_tensor.Shard
+    ]
+
+
+def checkpoint_getattr(obj: Any, name: str) -> Any:
+    """``getattr`` restricted to what mmengine's checkpoints ask for:
+    ``HistoryBuffer``'s statistics methods and
+    ``ShardedTensor.ProcessGroupState``.
 
     Example:
         >>> from mmengine.logging import HistoryBuffer
-        >>> history_buffer_getattr(HistoryBuffer, 'mean').__name__
+        >>> checkpoint_getattr(HistoryBuffer, 'mean').__name__
         'mean'
-        >>> history_buffer_getattr(HistoryBuffer, '__init__')
+        >>> checkpoint_getattr(HistoryBuffer, '__init__')
         Traceback (most recent call last):
         _pickle.UnpicklingError: checkpoint asks for getattr(<class \
-'mmengine.logging.history_buffer.HistoryBuffer'>, '__init__'): only \
-HistoryBuffer statistics methods are allowed
+'mmengine.logging.history_buffer.HistoryBuffer'>, '__init__'): not an \
+attribute mmengine's checkpoints use
     """
-    from mmengine.logging import HistoryBuffer
-    allowed = {
-        'min', 'max', 'current', 'mean', *HistoryBuffer._statistics_methods
-    }
-    if obj is HistoryBuffer and name in allowed:
+    if name in _getattr_allowed().get(obj, ()):
         return getattr(obj, name)
     raise pickle.UnpicklingError(
-        f'checkpoint asks for getattr({obj!r}, {name!r}): only '
-        'HistoryBuffer statistics methods are allowed')
+        f'checkpoint asks for getattr({obj!r}, {name!r}): not an attribute '
+        "mmengine's checkpoints use")
 
 
 def allow_mmengine_checkpoints() -> None:
@@ -76,6 +103,6 @@ def allow_mmengine_checkpoints() -> None:
     from mmengine.logging import HistoryBuffer
     torch.serialization.add_safe_globals([
         HistoryBuffer, ConfigDict, *_numpy_globals(),
-        (history_buffer_getattr, 'builtins.getattr'),
-        (history_buffer_getattr, '__builtin__.getattr')
+        *_sharded_tensor_globals(), (checkpoint_getattr, 'builtins.getattr'),
+        (checkpoint_getattr, '__builtin__.getattr')
     ])

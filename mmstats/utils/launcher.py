@@ -1,18 +1,27 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Launch mmengine Runners on CPU-only machines (gloo) as well as on GPUs.
+"""Build mmengine runners from a config, on GPUs and on CPU-only machines.
+
+:func:`build_runner` is what ``tools/train.py`` and ``tools/test.py`` do,
+the OpenMMLab way: ``RUNNERS.build(cfg)`` when the config sets
+``runner_type`` (``FlexibleRunner`` with a ``strategy``: DDP, FSDP1, FSDP2
+through :class:`mmstats.FullyShard`, DeepSpeed), ``Runner.from_cfg(cfg)``
+otherwise. A config that names a ``strategy`` without ``runner_type`` is
+refused: ``Runner`` ignores ``strategy`` and would train plain DDP.
 
 mmengine 0.10.7's ``init_dist`` calls ``torch.cuda.set_device`` and its
-default DDP wrapper passes ``device_ids=[LOCAL_RANK]``: both fail without
-CUDA. :func:`setup_launcher` leaves GPU machines to mmengine (NCCL) and, on
-CPU-only ones, initialises a gloo process group from the launcher's
-environment before the Runner is built (the Runner then skips its own
-``init_dist``) and wraps the model with ``device_ids=None``.
+default wrappers pass ``device_ids=[LOCAL_RANK]`` (DDP) or
+``device_id=LOCAL_RANK`` (FSDP): all fail without CUDA. :func:`setup_launcher`
+leaves GPU machines to mmengine (NCCL) and, on CPU-only ones, initialises a
+gloo process group from the launcher's environment before the runner is
+built (the runner then skips its own ``init_dist``) and sets the CPU
+arguments of the strategy's wrapper. One process with a sharding strategy
+(FSDP, FSDP2, DeepSpeed) gets a process group of one.
 """
 import inspect
 import os
 import subprocess
 from datetime import timedelta
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 import torch.distributed as dist
@@ -102,20 +111,224 @@ def no_buffer_sync_kwargs() -> dict:
     return dict(broadcast_buffers=False)
 
 
+#: strategies whose model wrapper needs a process group even on one process
+SHARDING_STRATEGIES = ('FSDPStrategy', 'DeepSpeedStrategy')
+#: runner types that build their model through ``cfg.strategy``
+FLEXIBLE_RUNNERS = ('FlexibleRunner', )
+
+
+def _type_name(cfg: dict) -> str:
+    """The ``type`` of a config dict as a name (a class gives its name)."""
+    kind = cfg.get('type', '')
+    return kind if isinstance(kind, str) else getattr(kind, '__name__', '')
+
+
+def _base_name(type_name: str) -> str:
+    """``'mmstats.FullyShard'`` -> ``'FullyShard'`` (scope prefix off)."""
+    return type_name.rpartition('.')[2]
+
+
+def check_runner_type(cfg: 'Union[Config, dict]') -> None:
+    """Refuse a config whose ``strategy`` its runner would ignore.
+
+    mmengine's ``Runner`` has no strategies: ``Runner.from_cfg`` drops
+    ``strategy`` without a word and trains plain DDP. Only a
+    ``FlexibleRunner`` (``runner_type='FlexibleRunner'``) builds one.
+
+    Args:
+        cfg (Config | dict): The config.
+
+    Raises:
+        ValueError: ``strategy`` is set and ``runner_type`` is not a
+            FlexibleRunner.
+
+    Example:
+        >>> check_runner_type(dict(runner_type='FlexibleRunner',
+        ...                        strategy=dict(type='FSDPStrategy')))
+        >>> check_runner_type(dict(strategy=dict(type='FSDPStrategy')))
+        Traceback (most recent call last):
+        ...
+        ValueError: the config sets strategy=FSDPStrategy but runner_type ...
+    """
+    strategy = cfg.get('strategy')
+    if strategy is None:
+        return
+    runner_type = cfg.get('runner_type')
+    name = runner_type if isinstance(runner_type, str) else getattr(
+        runner_type, '__name__', None)
+    if name is not None and _base_name(name) in FLEXIBLE_RUNNERS:
+        return
+    shown = _type_name(strategy) if isinstance(strategy, dict) else strategy
+    raise ValueError(
+        f'the config sets strategy={shown} but runner_type is '
+        f'{runner_type!r}: mmengine\'s Runner ignores `strategy` and would '
+        "train plain DDP. Add runner_type = 'FlexibleRunner' to the config "
+        '(configs/_base_/strategies/ do), or remove `strategy`.')
+
+
+def _needs_process_group(cfg: 'Union[Config, dict]') -> bool:
+    """Whether the config's strategy shards the model (FSDP1, FSDP2 through
+    a ``FullyShard`` wrapper, DeepSpeed): those need a process group, also
+    on one process."""
+    strategy = cfg.get('strategy')
+    if not isinstance(strategy, dict):
+        return False
+    if _base_name(_type_name(strategy)) in SHARDING_STRATEGIES:
+        return True
+    wrapper = strategy.get('model_wrapper')
+    return isinstance(wrapper, dict) and _base_name(
+        _type_name(wrapper)) == 'FullyShard'
+
+
+def _free_port() -> str:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return str(sock.getsockname()[1])
+
+
+def _one_process_group(cfg: 'Union[Config, dict]') -> None:
+    """``launcher='none'`` with a sharding strategy: launch a world of one
+    (torchrun's environment for one process on this machine)."""
+    for key, value in (('RANK', '0'), ('LOCAL_RANK', '0'), ('WORLD_SIZE', '1'),
+                       ('MASTER_ADDR', '127.0.0.1')):
+        os.environ.setdefault(key, value)
+    if 'MASTER_PORT' not in os.environ:
+        os.environ['MASTER_PORT'] = _free_port()
+    cfg['launcher'] = 'pytorch'
+
+
+def _cpu_ddp_wrapper(cfg: 'Union[Config, dict]') -> dict:
+    """mmengine's default DDP wrapper (``Runner.wrap_model``), on CPU."""
+    return dict(
+        type='MMDistributedDataParallel',
+        device_ids=None,
+        **no_buffer_sync_kwargs(),
+        find_unused_parameters=cfg.get('find_unused_parameters', False))
+
+
+def _cpu_strategy(cfg: 'Union[Config, dict]') -> None:
+    """Set the CPU arguments of a FlexibleRunner's strategy: DDP's
+    ``device_ids=None``, FSDP1's ``device_id='cpu'``; DeepSpeed gets its
+    CPU accelerator and a gloo group through ``deepspeed.init_distributed``.
+    """
+    strategy = cfg.get('strategy')
+    if strategy is None:  # FlexibleRunner's own default under a launcher
+        strategy = cfg['strategy'] = dict(type='DDPStrategy')
+    name = _base_name(_type_name(strategy))
+    if name == 'DDPStrategy':
+        wrapper = strategy.get('model_wrapper')
+        if wrapper is None:
+            strategy['model_wrapper'] = _cpu_ddp_wrapper(cfg)
+        elif _base_name(_type_name(wrapper)) == 'MMDistributedDataParallel':
+            wrapper.setdefault('device_ids', None)
+    elif name == 'FSDPStrategy':
+        wrapper = strategy.setdefault('model_wrapper',
+                                      dict(type='MMFullyShardedDataParallel'))
+        wrapper.setdefault('device_id', 'cpu')
+    elif name == 'DeepSpeedStrategy':
+        os.environ.setdefault('DS_ACCELERATOR', 'cpu')
+        import deepspeed
+        deepspeed.init_distributed(dist_backend='gloo')  # uses the group
+
+
+def _deepspeed_optim_wrapper(cfg: 'Union[Config, dict]') -> None:
+    """Turn the config's own ``optim_wrapper`` into DeepSpeed's: the type
+    becomes ``DeepSpeedOptimWrapper`` (DeepSpeed runs backward and step) and
+    ``clip_grad=dict(max_norm=X)`` becomes ``strategy.gradient_clipping``.
+    What DeepSpeed cannot take is refused with the setting to use."""
+    strategy = cfg['strategy']
+    if _base_name(_type_name(strategy)) != 'DeepSpeedStrategy':
+        return
+    optim = cfg.get('optim_wrapper')
+    if not isinstance(optim, dict):
+        return
+    kind = _base_name(_type_name(optim) or 'OptimWrapper')
+    if kind == 'AmpOptimWrapper':
+        raise ValueError(
+            'optim_wrapper.type=AmpOptimWrapper (or --amp) under '
+            "DeepSpeedStrategy: DeepSpeed does its own mixed precision; set "
+            'strategy.bf16=dict(enabled=True) or strategy.fp16=dict('
+            'enabled=True) in the config instead')
+    if kind not in ('OptimWrapper', 'DeepSpeedOptimWrapper'):
+        raise ValueError(
+            f'optim_wrapper.type={kind} under DeepSpeedStrategy: DeepSpeed '
+            "needs type='DeepSpeedOptimWrapper'")
+    accumulate = optim.pop('accumulative_counts', 1)
+    if accumulate != 1:
+        raise ValueError(
+            f'optim_wrapper.accumulative_counts={accumulate} under '
+            'DeepSpeedStrategy: set strategy.gradient_accumulation_steps='
+            f'{accumulate} instead')
+    clip = optim.pop('clip_grad', None)
+    if clip is not None:
+        clip = dict(clip)
+        max_norm = clip.pop('max_norm', None)
+        if max_norm is None or clip.pop('norm_type', 2) != 2 or clip:
+            raise ValueError(
+                f'optim_wrapper.clip_grad={clip} under DeepSpeedStrategy: '
+                'DeepSpeed clips the L2 norm only; set '
+                'strategy.gradient_clipping=MAX_NORM instead')
+        strategy.setdefault('gradient_clipping', max_norm)
+    optim['type'] = 'DeepSpeedOptimWrapper'
+
+
+def _check_resume(cfg: 'Union[Config, dict]') -> None:
+    """mmengine 0.10.7's FSDPStrategy cannot resume: it calls
+    ``FSDP.optim_state_dict_to_load(state_dict, model, optimizer)``, the
+    argument order of torch < 2.1, and fails inside torch. Refused here
+    with what works instead (``load_from``: the weights, no optimizer
+    state)."""
+    strategy = cfg.get('strategy')
+    if not (cfg.get('resume') and isinstance(strategy, dict)
+            and _base_name(_type_name(strategy)) == 'FSDPStrategy'):
+        return
+    import mmengine
+    from mmengine.utils import digit_version
+    if digit_version(mmengine.__version__) < digit_version('0.11.0'):
+        raise ValueError(
+            f'resume=True (--resume) under FSDPStrategy: mmengine '
+            f'{mmengine.__version__} cannot load FSDP1 optimizer state with '
+            f'torch {torch.__version__} (it passes the arguments of '
+            'FSDP.optim_state_dict_to_load in torch < 2.1\'s order). Start '
+            'from the weights with --cfg-options load_from=CHECKPOINT '
+            'resume=False, or train with FSDP2 '
+            '(configs/_base_/strategies/fsdp2.py), which resumes.')
+
+
 def setup_launcher(cfg: 'Union[Config, dict]') -> None:
     """Prepare ``cfg`` (an mmengine Config) for its ``cfg.launcher``.
 
-    With CUDA, or with ``launcher='none'``, nothing changes: mmengine
-    initialises NCCL itself. Without CUDA, a gloo process group is created
-    now, ``env_cfg.dist_cfg.backend`` is set to ``'gloo'`` and, unless the
-    config sets one, ``model_wrapper_cfg`` becomes mmengine's default DDP
-    wrapper with ``device_ids=None``: ``dict(type='MMDistributedDataParallel',
-    device_ids=None, forward_sync_buffers=False, find_unused_parameters=cfg.
+    Without CUDA and with a launcher (``'pytorch'``, ``'slurm'``,
+    ``'mpi'``): a gloo process group is created now and
+    ``env_cfg.dist_cfg.backend`` is set to ``'gloo'``. Then, for a
+    ``Runner``, ``model_wrapper_cfg`` becomes, unless the config sets one,
+    mmengine's default DDP wrapper with ``device_ids=None``:
+    ``dict(type='MMDistributedDataParallel', device_ids=None,
+    forward_sync_buffers=False, find_unused_parameters=cfg.
     find_unused_parameters)`` (see :func:`no_buffer_sync_kwargs` for the
-    buffer flag). Idempotent.
+    buffer flag). For a ``FlexibleRunner`` the strategy gets the same DDP
+    wrapper (or ``device_ids=None`` in its own), FSDP1's wrapper
+    ``device_id='cpu'``, DeepSpeed ``DS_ACCELERATOR=cpu`` and its gloo
+    group.
+
+    Whatever the machine: under ``DeepSpeedStrategy`` the config's
+    ``optim_wrapper`` becomes a ``DeepSpeedOptimWrapper`` (its
+    ``clip_grad.max_norm`` the strategy's ``gradient_clipping``), so that a
+    strategy fragment merges into any config; and ``launcher='none'`` with a
+    sharding strategy (FSDP1, FSDP2, DeepSpeed) becomes a ``'pytorch'``
+    launch of one process. With CUDA, mmengine initialises NCCL itself.
+    Idempotent.
 
     Args:
         cfg (Config | dict): The training config, with ``launcher`` set.
+
+    Raises:
+        ValueError: An unknown launcher, a ``strategy`` without a
+            FlexibleRunner (:func:`check_runner_type`), an optimizer
+            wrapper DeepSpeed cannot take, or ``resume`` under
+            ``FSDPStrategy`` (mmengine 0.10.7 cannot load FSDP1 optimizer
+            state with torch >= 2.1; ``load_from`` works).
 
     Example:
         .. code-block:: python
@@ -129,18 +342,59 @@ def setup_launcher(cfg: 'Union[Config, dict]') -> None:
     if launcher not in LAUNCHERS:
         raise ValueError(
             f'launcher must be one of {LAUNCHERS}, got {launcher!r}')
+    check_runner_type(cfg)
+    _check_resume(cfg)
+    flexible = 'runner_type' in cfg
+    if flexible and cfg.get('strategy') is not None:
+        _deepspeed_optim_wrapper(cfg)
+    if launcher == 'none' and flexible and _needs_process_group(cfg):
+        _one_process_group(cfg)
+        launcher = 'pytorch'
     if launcher == 'none' or torch.cuda.is_available():
         return
     dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
     dist_cfg['backend'] = 'gloo'
     init_cpu_distributed(launcher, dist_cfg.get('timeout', 1800))
-    if cfg.get('model_wrapper_cfg') is None:
-        # mmengine's own default wrapper (Runner.wrap_model), on CPU
-        cfg['model_wrapper_cfg'] = dict(
-            type='MMDistributedDataParallel',
-            device_ids=None,
-            **no_buffer_sync_kwargs(),
-            find_unused_parameters=cfg.get('find_unused_parameters', False))
+    if flexible:
+        _cpu_strategy(cfg)
+    elif cfg.get('model_wrapper_cfg') is None:
+        cfg['model_wrapper_cfg'] = _cpu_ddp_wrapper(cfg)
+
+
+def build_runner(cfg: 'Config') -> Any:
+    """Build the runner of a config the OpenMMLab way, after
+    :func:`setup_launcher`: ``RUNNERS.build(cfg)`` when the config sets
+    ``runner_type`` (e.g. ``'FlexibleRunner'`` with a ``strategy``),
+    ``Runner.from_cfg(cfg)`` otherwise. Without CUDA it sets
+    ``DS_ACCELERATOR=cpu`` (unless set) before mmengine's runner module
+    imports DeepSpeed, which would otherwise guess and warn.
+
+    Args:
+        cfg (Config): The config, with ``launcher`` set.
+
+    Returns:
+        Runner | FlexibleRunner: The runner.
+
+    Example:
+        .. code-block:: python
+
+            cfg = Config.fromfile(
+                'projects/digits_demo/configs/strategies/'
+                'resnet-mini_fsdp_digits.py')
+            cfg.launcher = 'pytorch'    # under torchrun
+            runner = build_runner(cfg)  # FlexibleRunner + FSDPStrategy
+            runner.train()
+    """
+    if not torch.cuda.is_available():
+        # mmengine imports DeepSpeed (when installed) with its runner: name
+        # its accelerator on a CPU machine rather than let it guess and warn
+        os.environ.setdefault('DS_ACCELERATOR', 'cpu')
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner  # registers Runner, FlexibleRunner
+    setup_launcher(cfg)
+    if 'runner_type' in cfg:
+        return RUNNERS.build(cfg)
+    return Runner.from_cfg(cfg)
 
 
 def finish_distributed() -> None:

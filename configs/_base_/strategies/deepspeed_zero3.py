@@ -1,12 +1,16 @@
 # FlexibleRunner + DeepSpeed ZeRO-3 (deepspeed <= 0.19.6 with mmengine
-# 0.10.7). train_micro_batch_size_per_gpu must equal the loader's
-# batch_size. ModuleStatsHook reads gradients in bf16/fp32, not under
-# DeepSpeed's fp16 loss scaling (docs/sharding.md).
+# 0.10.7: `pip install -e '.[deepspeed]'`). Inherit it beside your full
+# config; it sets only the runner and the strategy. tools/train.py /
+# dist_train.sh turn your optim_wrapper into a DeepSpeedOptimWrapper (its
+# clip_grad.max_norm into strategy.gradient_clipping), and FlexibleRunner
+# sets train_micro_batch_size_per_gpu from your train_dataloader's
+# batch_size. On a machine without CUDA they select DeepSpeed's CPU
+# accelerator and gloo. ModuleStatsHook reads gradients in bf16/fp32, not
+# under DeepSpeed's fp16 loss scaling (docs/sharding.md).
 runner_type = 'FlexibleRunner'
 strategy = dict(
     type='DeepSpeedStrategy',
+    # your config's torch optimizer (SGD, AdamW, ...) under ZeRO
+    config=dict(zero_allow_untested_optimizer=True),
     zero_optimization=dict(stage=3),
-    train_micro_batch_size_per_gpu=32,
     gradient_accumulation_steps=1)
-optim_wrapper = dict(
-    type='DeepSpeedOptimWrapper', optimizer=dict(type='AdamW', lr=1e-3))

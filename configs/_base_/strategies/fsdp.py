@@ -1,6 +1,10 @@
-# FlexibleRunner + mmengine's FSDPStrategy (torch FSDP1). mmstats' hooks
-# publish the norms of the full tensors (docs/sharding.md). On CPU with
-# gloo add device_id='cpu' to model_wrapper (docs/integrations.md).
+# FlexibleRunner + mmengine's FSDPStrategy (torch FSDP1). Inherit it beside
+# your full config; it sets only the runner and the strategy (your
+# optim_wrapper, dataloaders and custom_hooks stay as they are). mmstats'
+# hooks publish the norms of the full tensors (docs/sharding.md).
+# tools/train.py / dist_train.sh build it with RUNNERS.build; on a machine
+# without CUDA they add device_id='cpu' to the wrapper and use gloo.
+# Mixed precision: model_wrapper.mixed_precision=dict(param_dtype=...).
 runner_type = 'FlexibleRunner'
 strategy = dict(
     type='FSDPStrategy',
