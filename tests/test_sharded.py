@@ -2,9 +2,10 @@
 through real ``FlexibleRunner``s on 2 gloo processes.
 
 Cells: ``DDPStrategy``; ``FSDPStrategy`` (FSDP1) with mmengine's default
-wrapping (``use_orig_params=True``), with ``use_orig_params=False`` and
-with activation checkpointing; FSDP2 ``fully_shard`` per block and at the
-root (``mmstats.FullyShard``), once with a
+wrapping (``use_orig_params=True``), with ``use_orig_params=False``, with
+``NO_SHARD`` (one flat parameter replicated on both ranks: counted on rank
+0 only) and with activation checkpointing; FSDP2 ``fully_shard`` per block
+and at the root (``mmstats.FullyShard``), once with a
 ``MixedPrecisionPolicy(param_dtype=torch.bfloat16)`` and once with
 ``compile=True``, and as HSDP (``replicas=2``: a 2-D mesh whose
 ``Replicate`` dimension is counted on its first coordinate only);
@@ -18,7 +19,9 @@ parameter puts the stem on rank 0, the head on rank 1 and cuts
 ``backbone.layer1.0.weight`` in two; FSDP2 shards every parameter on dim 0
 (each straddles), and ``head.scale``'s one-element temperature lies wholly
 on one rank under FSDP2 and ZeRO-3 (rank 0) and FSDP1 and ZeRO-1/2 (rank
-1), empty on the other.
+1), empty on the other. In the cells of ``REPLICATED_PRIOR`` the head has a
+frozen ``head.prior`` that no shard holds (ZeRO-1/2 partition trainable
+parameters only; FSDP1 ignores it): replicated, counted on rank 0 only.
 
 Every published number is checked against a float64 recomputation from the
 *full* tensors, gathered by FSDP itself (``summon_full_params``,
@@ -67,26 +70,45 @@ class Temperature(nn.Module):
         return x / self.temperature
 
 
-class ScaledHead(nn.Module):
-    """A linear head whose logits are divided by a learned temperature."""
+class Prior(nn.Module):
+    """Adds a frozen prior to the logits: a parameter without a gradient."""
 
-    def __init__(self, channels: int) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(
+            torch.linspace(-1., 1., 10), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.logits
+
+
+class ScaledHead(nn.Module):
+    """A linear head whose logits are divided by a learned temperature
+    (and, with ``prior``, shifted by a frozen :class:`Prior`)."""
+
+    def __init__(self, channels: int, prior: bool = False) -> None:
         super().__init__()
         self.fc = nn.Linear(channels, 10)
         self.scale = Temperature()
+        self.prior = Prior() if prior else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale(self.fc(x))
+        x = self.scale(self.fc(x))
+        return x if self.prior is None else self.prior(x)
 
 
 @MODELS.register_module(force=True)
 class ShardToyModel(ToyBNModel):
     """The toy BN model with a :class:`ScaledHead`; ``with_cp`` recomputes
-    the backbone in backward."""
+    the backbone in backward; ``prior`` gives the head a frozen
+    ``head.prior``."""
 
-    def __init__(self, with_cp: bool = False, **kwargs) -> None:
+    def __init__(self,
+                 with_cp: bool = False,
+                 prior: bool = False,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
-        self.head = ScaledHead(8)
+        self.head = ScaledHead(8, prior)
         self.with_cp = with_cp
 
     def forward(self, inputs, data_samples=None, mode='tensor'):
@@ -151,7 +173,8 @@ class FullTensorRecorder(Hook):
             self.acts.setdefault(runner.iter, {})[name] = _full(output)
 
     def _gathered(self, grads: bool = True):
-        """``{name: (weights, grads)}`` of the full tensors (float64)."""
+        """``{name: (weights, grads, trainable)}`` of the full tensors
+        (float64; ``trainable``: per weight, whether it has a gradient)."""
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         if self.zero:
             return self._read_zero(grads)
@@ -183,9 +206,14 @@ class FullTensorRecorder(Hook):
         from deepspeed.utils import (safe_get_full_fp32_param,
                                      safe_get_full_grad)
         params = list(self.root.parameters())
-        values = {id(p): safe_get_full_fp32_param(p) for p in params}
+        # a frozen parameter has no fp32 copy: whole on every rank (ZeRO-1/2)
+        values = {
+            id(p): safe_get_full_fp32_param(p) if p.requires_grad else p
+            for p in params
+        }
         grads = {
-            id(p): safe_get_full_grad(p) if with_grads else None
+            id(p):
+            safe_get_full_grad(p) if with_grads and p.requires_grad else None
             for p in params
         }
         out = {}
@@ -193,22 +221,23 @@ class FullTensorRecorder(Hook):
             mine = list((module or self.root).parameters())
             out[name] = ([_full(values[id(p)]) for p in mine], [
                 _full(grads[id(p)]) for p in mine if grads[id(p)] is not None
-            ])
+            ], [p.requires_grad for p in mine])
         return out
 
     def _read(self, flat_grads=None):
         out = {}
         for name, module in list(self.targets.items()) + [('', None)]:
-            grads, weights = [], []
+            grads, weights, trainable = [], [], []
             for owner in (module or self.root).modules():
                 for pname, p in owner.named_parameters(recurse=False):
                     weights.append(_full(p))
-                    if flat_grads is None:
+                    trainable.append(p.requires_grad)
+                    if flat_grads is None or not p.requires_grad:
                         if p.grad is not None:
                             grads.append(_full(p.grad))
                         continue
                     grads.append(_full(flat_grads[id(owner), pname]))
-            out[name] = (weights, grads)
+            out[name] = (weights, grads, trainable)
         return out
 
     def _pre(self, runner) -> None:
@@ -275,11 +304,14 @@ def _summary(recorder: FullTensorRecorder) -> dict:
         before, after = step['before'], step['after']
         steps[it] = {}
         for name in list(TARGETS) + ['']:
-            w0, grads = before[name]
+            w0, grads, trainable = before[name]
             w1 = after[name][0]
+            # over the parameters with a gradient (docs/module_stats.md)
+            w0, w1 = ([w for w, t in zip(ws, trainable) if t]
+                      for ws in (w0, w1))
             steps[it][name] = dict(
                 grad_norm=_norm(grads),
-                weight_norm=_norm(w1),
+                weight_norm=_norm(after[name][0]),
                 update_ratio=_norm([a - b
                                     for a, b in zip(w1, w0)]) / _norm(w0))
     return steps
@@ -294,7 +326,8 @@ def _sharded_state(model) -> list:
         if isinstance(module, FSDP) and module._handle is not None:
             flat = module._handle.flat_param
             states.append(flat.data_ptr() == flat._local_shard.data_ptr()
-                          and flat.numel() < sum(flat._numels))
+                          and (flat.numel() < sum(flat._numels)
+                               or not module._handle.uses_sharded_strategy))
     from torch.distributed.fsdp import FSDPModule
     if isinstance(model, FSDPModule):  # unsharded: plain tensors
         states += [isinstance(p, DTensor) for p in model.parameters()]
@@ -304,6 +337,13 @@ def _sharded_state(model) -> list:
         if hasattr(p, 'ds_tensor')
     ]
     return states
+
+
+#: the cells whose model has a frozen ``head.prior`` replicated on every
+#: rank outside the shards: ZeRO-1/2 partition the trainable parameters
+#: only; FSDP1's flat parameter ignores it (``ignored_modules``: a flat
+#: parameter cannot mix frozen and trainable parameters)
+REPLICATED_PRIOR = ('fsdp_flat', 'zero1', 'zero2')
 
 
 def shard_toy_cfg(work_dir, rank, **model):
@@ -327,11 +367,14 @@ def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
 
     import mmstats.hooks.module_stats_hook as module_stats_hook
     torch.manual_seed(rank)
-    cfg = shard_toy_cfg(work_dir, rank, with_cp=with_cp)
+    prior = strategy in REPLICATED_PRIOR
+    cfg = shard_toy_cfg(work_dir, rank, with_cp=with_cp, prior=prior)
     use_strategy(
         cfg, 'fsdp2' if strategy == 'fsdp2_bf16' else strategy,
         **(dict(param_dtype='bfloat16', fp32_modules=BN_NAMES)
            if strategy == 'fsdp2_bf16' else {}))
+    if prior and strategy.startswith('fsdp'):
+        cfg.strategy.model_wrapper.ignored_modules = ['head.prior']
     if compiled:
         cfg.compile = True
     cfg.custom_hooks = [
@@ -439,6 +482,7 @@ CELLS = [
     ('ddp', False, False),
     ('fsdp', False, False),
     ('fsdp_flat', False, False),
+    ('fsdp_noshard', False, False),
     ('fsdp', False, True),
     ('fsdp2', False, False),
     ('fsdp2_bf16', False, False),

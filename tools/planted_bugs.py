@@ -335,6 +335,18 @@ BUGS = [
         'self._stamp = perf_counter()  # after the collective',
         'self._stamp = now  # after the collective',
         ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('S9', 'an FSDP1 NO_SHARD flat parameter counted on every rank',
+        'mmstats/sharding.py',
+        'counted = handle.uses_sharded_strategy or rank == 0',
+        'counted = True',
+        ('tests/test_sharded.py::test_flexible_runner[fsdp_noshard]', )),
+    Bug('S10', 'a replicated parameter outside the shards counted on every '
+        'rank', 'mmstats/sharding.py',
+        '_plain_part(m, p, rank == 0 or not self.sharded)',
+        '_plain_part(m, p, True)',
+        ('tests/test_sharded.py::test_flexible_runner[fsdp_flat]',
+         'tests/test_sharded.py::test_flexible_runner[zero1]',
+         'tests/test_sharded.py::test_flexible_runner[zero2]')),
 ]
 
 

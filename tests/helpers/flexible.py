@@ -23,7 +23,8 @@ def flexible_cfg(work_dir: str, rank: int, **toy_kwargs) -> Config:
 
 def use_strategy(cfg: Config, strategy: str, **fully_shard) -> None:
     """Set ``cfg``'s strategy by name: ``ddp``; FSDP1 on CPU with original
-    (``fsdp``) or flat (``fsdp_flat``) parameters; FSDP2 (``fsdp2``:
+    (``fsdp``) or flat (``fsdp_flat``) parameters, or not sharded at all
+    (``fsdp_noshard``: ``NO_SHARD``, original parameters); FSDP2 (``fsdp2``:
     ``mmstats.FullyShard`` over ``FSDP2_BLOCKS``, ``fully_shard`` more of
     its arguments; ``fsdp2_hsdp``: with 2 replicas); DeepSpeed ZeRO
     (``zero1``-``zero3``, with its optimizer wrapper: :func:`use_deepspeed`).
@@ -42,12 +43,14 @@ def use_strategy(cfg: Config, strategy: str, **fully_shard) -> None:
             type='DDPStrategy',
             model_wrapper=dict(
                 type='mmstats.FullyShard', blocks=FSDP2_BLOCKS, **fully_shard))
-    elif strategy in ('fsdp', 'fsdp_flat'):
+    elif strategy in ('fsdp', 'fsdp_flat', 'fsdp_noshard'):
         cfg.strategy = dict(
             type='FSDPStrategy',
             model_wrapper=dict(
                 type='MMFullyShardedDataParallel',
                 device_id='cpu',
-                use_orig_params=strategy == 'fsdp'))
+                use_orig_params=strategy != 'fsdp_flat'))
+        if strategy == 'fsdp_noshard':
+            cfg.strategy.model_wrapper.sharding_strategy = 'NO_SHARD'
     else:
         raise ValueError(f'unknown strategy {strategy!r}')
