@@ -1,17 +1,27 @@
 """The same argument mistake gets the same answer from every public entry
 point: a wrong type is a TypeError, a wrong value a ValueError, and the
 message names the owner, the argument, what it must be and what was given
-(``mmstats.utils.args``). Before issue 29 ``Collector(max_names=True)``
-raised TypeError where ``StatsCollectorHook(max_names=True)`` raised
-ValueError."""
+(``mmstats.utils.args``): ``Collector(max_names=True)`` and
+``StatsCollectorHook(max_names=True)`` raise the same TypeError.
+
+Mistakes beyond one argument get the fix as well, on every mmstats hook: a
+misspelt keyword names the closest argument (built from a config or
+called), a second instance of a hook in one run is refused at
+``before_run`` naming both, and a ``modules`` alternative of
+ModuleStatsHook that matches no module name is warned about once, with
+the model's closest names."""
 import re
 
 import pytest
 import torch.nn as nn
 
+import mmstats.hooks
 from mmstats import Collector, training_stats, update_bn_stats
 from mmstats.hooks import ModuleStatsHook, PreciseBNHook, StatsCollectorHook
+from mmstats.registry import HOOKS
 from mmstats.utils import args
+from tests.helpers.logs import mmengine_logs, warnings_logged
+from tests.helpers.runner import read_scalars, toy_cfg
 
 
 def bn_stats(**kwargs):
@@ -104,3 +114,195 @@ def test_messages_say_the_fix():
         args.compile_regex('X', 'r', '(')
     assert args.check_positive_int('X', 'n', None, none_ok=True) is None
     assert args.check_bool('X', 'b', None, none_ok=True) is None
+
+
+# -- a misspelt keyword ----------------------------------------------------
+HOOK_NAMES = sorted(HOOKS.module_dict)
+
+
+def test_every_mmstats_hook_is_covered():
+    assert set(HOOK_NAMES) >= set(mmstats.hooks.__all__)
+    assert len(HOOK_NAMES) >= 4
+
+
+def _misspelt(name):
+    """``num_samples`` -> ``num_sample``, ``interval`` -> ``intervl``."""
+    return name[:-1] if name.endswith('s') else name[:-2] + name[-1]
+
+
+@pytest.mark.parametrize('built', [True, False], ids=['config', 'call'])
+@pytest.mark.parametrize('owner', HOOK_NAMES)
+def test_a_misspelt_keyword_names_the_closest_argument(owner, built):
+    import inspect
+    cls = HOOKS.get(f'mmstats.{owner}')
+    names = list(inspect.signature(cls).parameters)
+    assert names, owner  # the original signature shows through
+    for name in names:
+        wrong = _misspelt(name)
+        with pytest.raises(TypeError) as info:
+            if built:
+                HOOKS.build(dict(type=f'mmstats.{owner}', **{wrong: 1}))
+            else:
+                cls(**{wrong: 1})
+        message = str(info.value)
+        assert f'{owner}: unexpected keyword argument {wrong!r}; did you ' \
+            f'mean {name}? {owner} takes {", ".join(names)}' in message
+
+
+def test_precise_bn_num_sample():
+    with pytest.raises(TypeError) as info:
+        PreciseBNHook(num_sample=1024)
+    assert str(info.value) == (
+        "PreciseBNHook: unexpected keyword argument 'num_sample'; did you "
+        'mean num_samples? PreciseBNHook takes num_samples, interval, '
+        'by_epoch, at_end, estimator, dataloader, update_ema, progress')
+    # nothing close: the arguments only; the right keywords still work
+    with pytest.raises(
+            TypeError,
+            match=r"'zzz'; ThroughputHook takes "
+            r'interval, count_flops, peak_flops$'):
+        HOOKS.build(dict(type='mmstats.ThroughputHook', zzz=1))
+    assert PreciseBNHook(num_samples=16, progress=False).num_samples == 16
+    assert PreciseBNHook(16).num_samples == 16  # positionally too
+
+
+def test_check_keywords_leaves_var_keyword_alone():
+
+    class Open:
+
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+    assert args.check_keywords(Open).__init__ is Open.__init__
+    assert Open(anything=1).kwargs == {'anything': 1}
+
+
+# -- a second instance -----------------------------------------------------
+SECOND = {
+    'StatsCollectorHook': dict(),
+    'ModuleStatsHook': dict(modules='head'),
+    'PreciseBNHook': dict(num_samples=16, progress=False),
+    'ThroughputHook': dict(),
+}
+
+
+@pytest.mark.parametrize('owner', sorted(SECOND))
+def test_a_second_instance_is_refused_at_before_run(tmp_path, owner,
+                                                    clean_mmengine):
+    from mmengine.runner import Runner
+    hook = dict(type=f'mmstats.{owner}', **SECOND[owner])
+    cfg = toy_cfg(
+        tmp_path,
+        by_epoch=False,
+        max_iters=2,
+        custom_hooks=[hook, dict(hook, priority='LOW')])
+    runner = Runner.from_cfg(cfg)
+    cls = HOOKS.get(f'mmstats.{owner}')
+    first, second = [
+        i for i, h in enumerate(runner.hooks) if isinstance(h, cls)
+    ]
+    normal = getattr(cls.priority, 'name', cls.priority)
+    with pytest.raises(RuntimeError) as info:
+        runner.train()
+    assert str(info.value) == (
+        f'{owner}: 2 instances in one run, runner.hooks[{first}] (priority '
+        f'{normal}) and runner.hooks[{second}] (priority LOW); a run takes '
+        f"one: keep one dict(type='mmstats.{owner}', ...) in custom_hooks, "
+        'with the arguments of both')
+    assert runner.iter == 0  # refused before the first iteration
+
+
+def test_one_instance_of_each_hook_trains(tmp_path, clean_mmengine):
+    from mmengine.runner import Runner
+    cfg = toy_cfg(
+        tmp_path,
+        by_epoch=False,
+        max_iters=2,
+        custom_hooks=[
+            dict(type=f'mmstats.{owner}', **kwargs)
+            for owner, kwargs in SECOND.items()
+        ])
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    assert runner.iter == 2
+
+
+# -- a modules alternative that matches nothing ----------------------------
+@pytest.mark.parametrize(
+    'regex, parts',
+    [
+        ('a', ['a']),
+        (r'backbone\.layer\d|head', [r'backbone\.layer\d', 'head']),
+        (r'(a|b)|c', ['(a|b)', 'c']),  # inside parentheses
+        (r'x(?:a|(b|c))y|d', ['x(?:a|(b|c))y', 'd']),  # nested
+        (r'[|]|a\|b', ['[|]', r'a\|b']),  # a class, an escaped bar
+        (r'[]|]|x', ['[]|]', 'x']),  # ']' first in a class is literal
+        (r'[^]|]|x', ['[^]|]', 'x']),
+        (r'[\]|]|x', [r'[\]|]', 'x']),  # an escaped ']' in a class
+        (r'(?i)a|b', ['a', 'b']),  # global flags: on every alternative
+        ('(?x) a # b|c\n | d', [' a # b|c\n ', ' d']),  # verbose comment
+        ('a|', ['a', '']),
+    ])
+def test_split_alternatives(regex, parts):
+    assert args.split_alternatives(regex) == parts
+
+
+def test_unmatched_alternatives():
+    names = ['backbone', 'backbone.stem', 'backbone.layer1', 'head']
+    unmatched = args.unmatched_alternatives
+    assert unmatched(r'backbone\.blocks\d|head',
+                     names) == [r'backbone\.blocks\d']
+    assert unmatched(r'nope|x|head', names) == ['nope', 'x']
+    assert unmatched(r'(?i)HEAD|BACKBONE', names) == []  # flags apply
+    assert unmatched(r'backbone\.(stem|nope)', names) == []  # one only
+    assert unmatched(r'(b)ackbone|\1', names) == []  # \1 is not judged
+    assert unmatched('nothing', names) == []  # the hook refuses this one
+
+
+def _module_stats_run(work_dir, modules, caplog, trains=1):
+    from mmengine.runner import Runner
+    cfg = toy_cfg(
+        work_dir,
+        by_epoch=False,
+        max_iters=2,
+        custom_hooks=[
+            dict(type='mmstats.StatsCollectorHook'),
+            dict(type='mmstats.ModuleStatsHook', modules=modules)
+        ])
+    runner = Runner.from_cfg(cfg)
+    with mmengine_logs(caplog):
+        for _ in range(trains):
+            runner.train()
+    said = [m for m in warnings_logged(caplog) if 'alternative' in m]
+    return said, read_scalars(runner)
+
+
+def test_an_alternative_that_matches_nothing_is_warned_once(
+        tmp_path, caplog, clean_mmengine):
+    said, scalars = _module_stats_run(
+        tmp_path, r'backbone\.blocks\d|head', caplog, trains=2)
+    assert len(said) == 1, said  # two runner.train(): said once
+    part, whole = repr(r'backbone\.blocks\d'), repr(r'backbone\.blocks\d|head')
+    head = (f'ModuleStatsHook: modules={whole}: the '
+            f'alternative {part} matches no module name of ToyBNModel '
+            '(re.fullmatch), so only head is instrumented; the module names '
+            f'closest to {part}: ')
+    assert said[0].startswith(head), said
+    near = said[0][len(head):].split(', ')
+    assert len(near) == 5 and 'backbone.stem' in near, near
+    assert set(near) <= {
+        'backbone', 'backbone.stem', 'backbone.stem.conv', 'backbone.stem.bn',
+        'backbone.layer1', 'backbone.layer1.0', 'backbone.layer1.1',
+        'backbone.layer1.2', 'data_preprocessor'
+    }
+    # the alternative that matched is instrumented
+    assert 'stats/modules/head/act/mean' in scalars[2]
+
+
+def test_every_alternative_matching_is_not_warned(tmp_path, caplog,
+                                                  clean_mmengine):
+    said, scalars = _module_stats_run(tmp_path,
+                                      r'(?i)HEAD|backbone\.(stem|nope)',
+                                      caplog)
+    assert said == []
+    assert 'stats/modules/backbone.stem/act/mean' in scalars[2]

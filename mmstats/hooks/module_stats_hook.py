@@ -354,14 +354,16 @@ class ModuleStatsHook(Hook):
             near = difflib.get_close_matches(
                 part.replace('\\', ''), names, n=5, cutoff=0)
             closest.append(f'{part!r}: {", ".join(near)}')
+        many = len(unmatched) > 1
+        found = list(self.targets)
         print_log(
             f'ModuleStatsHook: modules={self.modules!r}: the alternative'
-            f'{"s" if len(unmatched) > 1 else ""} '
-            f'{", ".join(repr(p) for p in unmatched)} match'
-            f'{"" if len(unmatched) > 1 else "es"} no module name of '
-            f'{type(model).__name__} (re.fullmatch); only '
-            f'{len(self.targets)} modules are instrumented. Module names '
-            f'closest to {"; ".join(closest)}',
+            f'{"s" * many} {", ".join(repr(p) for p in unmatched)} match'
+            f'{"" if many else "es"} no module name of '
+            f'{type(model).__name__} (re.fullmatch), so only '
+            f'{", ".join(found[:5])}{" ..." * (len(found) > 5)} '
+            f'{"are" if len(found) > 1 else "is"} instrumented; the module '
+            f'names closest to {"; to ".join(closest)}',
             'current',
             level=30)
 
