@@ -347,6 +347,13 @@ BUGS = [
         ('tests/test_sharded.py::test_flexible_runner[fsdp_flat]',
          'tests/test_sharded.py::test_flexible_runner[zero1]',
          'tests/test_sharded.py::test_flexible_runner[zero2]')),
+    Bug(
+        'S11', "sharded precise BN's agreement counting the samples seen "
+        'before the current batch (a batch too many)',
+        'mmstats/precise_bn/update.py',
+        'self._next = _Agreement(self, iterator, self.seen + used)',
+        'self._next = _Agreement(self, iterator, self.seen)',
+        ('tests/test_precise_bn/test_sharded.py', )),
 ]
 
 

@@ -3,9 +3,11 @@
 Every forward of a sharded model is a collective, so every rank must run
 the same forwards: the ranks agree before each batch. Uneven loaders, a
 one-sample batch on one rank and a batch that cannot be prepared on one
-rank must neither hang nor desynchronise the ranks; the result is the
-statistics of one process over the union of the batches actually used,
-identical on every rank, and the model is left sharded.
+rank must neither hang nor desynchronise the ranks, and a ``num_samples``
+reached at a batch's end stops every rank there (the agreement on the next
+batch counts the current one); the result is the statistics of one process
+over the union of the batches actually used, identical on every rank, and
+the model is left sharded.
 """
 import copy
 
@@ -69,35 +71,37 @@ def _batches(rank: int, sizes) -> list:
 
 
 CASES = {
-    # rank -> batch sizes; which batches (by position) every rank uses
+    # rank -> batch sizes; which batches (by position) every rank uses;
+    # num_samples
     'uneven': ({
         0: [6, 6, 6],
         1: [6, 6]
-    }, [0, 1]),
+    }, [0, 1], 10**6),  # rank 1 runs out: both stop
     'one_sample': ({
-        0: [6, 6, 6],
-        1: [6, 1, 6]
-    }, [0, 2]),
+        0: [6, 6, 6, 6],
+        1: [6, 1, 6, 6]
+    }, [0, 2], 24),  # batch 1 skipped on both; 12 per rank reached at 2
 }
 
 
 def _worker(rank, world_size, kind, case):
-    sizes, _ = CASES[case]
+    sizes, _, num_samples = CASES[case]
     model = _Net()
     sharded = _shard(model, kind)
     forwards = []
     sharded.register_forward_pre_hook(lambda *_: forwards.append(1))
     summary = update_bn_stats(
-        sharded, _batches(rank, sizes[rank]), 10**6, progress=False)
+        sharded, _batches(rank, sizes[rank]), num_samples, progress=False)
     inner = sharded.module if kind == 'fsdp' else sharded
-    return _stats(inner), summary['num_batches'], len(forwards)
+    return (_stats(inner), summary['num_batches'], len(forwards),
+            summary['num_samples'])
 
 
 @pytest.mark.parametrize('case', sorted(CASES))
 @pytest.mark.parametrize('kind', ['fsdp', 'fsdp2'])
 def test_sharded_equals_union(kind, case):
     results = run_distributed(_worker, 2, kind, case, timeout=120)
-    sizes, used = CASES[case]
+    sizes, used, _ = CASES[case]
     union = [
         b for rank in (0, 1)
         for i, b in enumerate(_batches(rank, sizes[rank])) if i in used
@@ -109,8 +113,9 @@ def test_sharded_equals_union(kind, case):
     expected = _stats(single)
     forwards = {r[2] for r in results}
     assert len(forwards) == 1  # the same forwards on every rank
-    for stats, num_batches, _ in results:
+    for stats, num_batches, _, num_samples in results:
         assert num_batches == 2 * len(used)
+        assert num_samples == sum(len(b) for b in union)
         for key, val in stats.items():
             np.testing.assert_allclose(
                 val, expected[key], rtol=1e-6, atol=1e-7, err_msg=key)
