@@ -1,0 +1,296 @@
+"""One command for every strategy: ``tools/train.py`` / ``dist_train.sh``
+build the runner the OpenMMLab way and do the CPU set-up of each strategy.
+
+The launch tests run ``bash tools/dist_train.sh CFG 2`` (2 CPU gloo
+processes) on the demo's strategy configs, as a user does, and read what
+the runner built (``tests/helpers/launch_recorder.py``): the model wrapper
+of the strategy, not only the exit code. The others check the config side:
+every fragment under ``configs/_base_/strategies/`` merges into full configs
+(the demo's and an mmpretrain-style one) without an edit, and the settings
+mmengine cannot run are refused with the fix.
+"""
+import json
+import os
+import os.path as osp
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+
+from mmstats.utils import build_runner, check_runner_type, setup_launcher
+from tests.test_integrations.test_tools_exit import load_tool
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+FRAGMENTS = osp.join(ROOT, 'configs', '_base_', 'strategies')
+DEMO = osp.join(ROOT, 'projects', 'digits_demo', 'configs', 'demo',
+                'resnet-mini_1xb64-precise-bn-stats_digits.py')
+MMPRETRAIN_STYLE = osp.join(ROOT, 'tests', 'data', 'configs',
+                            'mmpretrain_style_resnet18_cifar.py')
+STRATEGY_CFG = osp.join(ROOT, 'projects', 'digits_demo', 'configs',
+                        'strategies', 'resnet-mini_{}_digits.py')
+FRAGMENT_NAMES = sorted(f[:-3] for f in os.listdir(FRAGMENTS)
+                        if f.endswith('.py'))
+# what each demo strategy config builds: strategy, wrapper (or a base class)
+BUILT = {
+    'ddp': ('DDPStrategy', 'MMDistributedDataParallel'),
+    'fsdp': ('FSDPStrategy', 'MMFullyShardedDataParallel'),
+    'fsdp2': ('DDPStrategy', 'FSDPModule'),
+    'zero3': ('DeepSpeedStrategy', 'MMDeepSpeedEngineWrapper'),
+}
+
+
+def merged(tmp_path, base: str, fragment: str) -> Config:
+    """``base`` and a strategy fragment inherited side by side, as a user
+    writes it: ``_base_ = [base, fragment]`` and nothing else."""
+    child = tmp_path / f'{osp.basename(base)[:-3]}_{fragment}.py'
+    child.write_text(f'_base_ = [{base!r}, '
+                     f'{osp.join(FRAGMENTS, fragment + ".py")!r}]\n')
+    return Config.fromfile(str(child))
+
+
+@pytest.mark.parametrize(
+    'base', [DEMO, MMPRETRAIN_STYLE], ids=['demo', 'mmpretrain_style'])
+@pytest.mark.parametrize('fragment', FRAGMENT_NAMES)
+def test_every_fragment_merges_into_a_full_config(tmp_path, base, fragment):
+    full = Config.fromfile(base)
+    cfg = merged(tmp_path, base, fragment)
+    assert cfg.runner_type == 'FlexibleRunner'
+    assert cfg.strategy.type in ('DDPStrategy', 'FSDPStrategy',
+                                 'DeepSpeedStrategy')
+    for key in ('optim_wrapper', 'train_dataloader', 'custom_hooks', 'model',
+                'param_scheduler'):
+        assert cfg[key] == full[key], key  # the user's own, untouched
+    check_runner_type(cfg)
+
+
+def test_the_fragments_are_the_ones_the_docs_name():
+    assert FRAGMENT_NAMES == ['ddp', 'deepspeed_zero3', 'fsdp', 'fsdp2']
+
+
+@pytest.fixture
+def cpu_with_a_group(monkeypatch):
+    """The CPU path of :func:`setup_launcher` on any machine, with the
+    process group taken as created (only the config changes)."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(dist, 'is_initialized', lambda: True)
+    calls = []
+    try:
+        import deepspeed
+    except ImportError:
+        deepspeed = None
+    if deepspeed is not None:
+        monkeypatch.setattr(deepspeed, 'init_distributed',
+                            lambda **kwargs: calls.append(kwargs))
+    monkeypatch.delenv('DS_ACCELERATOR', raising=False)
+    return calls
+
+
+@pytest.mark.parametrize(
+    'base', [DEMO, MMPRETRAIN_STYLE], ids=['demo', 'mmpretrain_style'])
+def test_cpu_set_up_of_each_strategy(tmp_path, base, cpu_with_a_group):
+    cfgs = {f: merged(tmp_path, base, f) for f in FRAGMENT_NAMES}
+    for cfg in cfgs.values():
+        cfg.launcher = 'pytorch'
+        setup_launcher(cfg)
+        assert cfg.env_cfg.dist_cfg.backend == 'gloo'
+        assert 'model_wrapper_cfg' not in cfg  # a Runner's, not ours
+    ddp = cfgs['ddp'].strategy.model_wrapper
+    assert ddp.type == 'MMDistributedDataParallel' and ddp.device_ids is None
+    fsdp = cfgs['fsdp'].strategy.model_wrapper
+    assert fsdp.device_id == 'cpu' and fsdp.use_orig_params
+    fsdp2 = cfgs['fsdp2'].strategy.model_wrapper
+    assert fsdp2.type == 'mmstats.FullyShard' and 'device_ids' not in fsdp2
+    zero3 = cfgs['deepspeed_zero3']
+    assert zero3.optim_wrapper.type == 'DeepSpeedOptimWrapper'
+    assert zero3.optim_wrapper.optimizer == Config.fromfile(
+        base).optim_wrapper.optimizer
+    if base == MMPRETRAIN_STYLE:  # its clip_grad, as DeepSpeed's setting
+        assert 'clip_grad' not in zero3.optim_wrapper
+        assert zero3.strategy.gradient_clipping == 5.0
+    if cpu_with_a_group is not None:
+        assert os.environ['DS_ACCELERATOR'] == 'cpu'
+
+
+def test_fsdp2_blocks_match_the_demo_and_mmpretrain_backbones(tmp_path):
+    import re
+    blocks = re.compile(
+        merged(tmp_path, DEMO, 'fsdp2').strategy.model_wrapper.blocks)
+    for name in ('backbone.stages.0', 'backbone.layer1', 'backbone.layers.11'):
+        assert blocks.fullmatch(name), name
+    assert not blocks.fullmatch('backbone.stages.0.conv1')
+
+
+def test_one_process_with_a_sharding_strategy_gets_a_world_of_one(
+        tmp_path, monkeypatch, cpu_with_a_group):
+    for key in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'MASTER_ADDR',
+                'MASTER_PORT'):
+        monkeypatch.delenv(key, raising=False)
+    cfg = merged(tmp_path, DEMO, 'fsdp')
+    cfg.launcher = 'none'
+    setup_launcher(cfg)
+    assert cfg.launcher == 'pytorch'
+    assert (os.environ['RANK'], os.environ['WORLD_SIZE']) == ('0', '1')
+    assert cfg.strategy.model_wrapper.device_id == 'cpu'
+    plain = merged(tmp_path, DEMO, 'ddp')
+    plain.launcher = 'none'
+    setup_launcher(plain)  # DDP on one process: nothing to launch
+    assert plain.launcher == 'none'
+
+
+def test_a_strategy_without_runner_type_is_refused(tmp_path):
+    cfg = Config.fromfile(DEMO)
+    cfg.strategy = dict(type='FSDPStrategy')
+    cfg.launcher = 'none'
+    with pytest.raises(ValueError, match="runner_type = 'FlexibleRunner'"):
+        build_runner(cfg)
+    cfg.runner_type = 'Runner'
+    with pytest.raises(ValueError, match='strategy=FSDPStrategy'):
+        check_runner_type(cfg)
+
+
+@pytest.mark.parametrize('optim, message', [
+    (dict(type='AmpOptimWrapper'), 'strategy.bf16'),
+    (dict(accumulative_counts=4), 'gradient_accumulation_steps=4'),
+    (dict(clip_grad=dict(max_norm=1.0, norm_type=1)), 'gradient_clipping'),
+])
+def test_deepspeed_refuses_what_it_cannot_take(tmp_path, optim, message):
+    cfg = merged(tmp_path, DEMO, 'deepspeed_zero3')
+    cfg.optim_wrapper.update(optim)
+    cfg.launcher = 'none'  # refused before anything is launched
+    with pytest.raises(ValueError, match=message):
+        setup_launcher(cfg)
+
+
+def test_fsdp1_resume_is_refused_with_what_works(tmp_path):
+    cfg = merged(tmp_path, DEMO, 'fsdp')
+    cfg.resume = True
+    cfg.launcher = 'none'
+    with pytest.raises(ValueError, match='load_from=CHECKPOINT'):
+        setup_launcher(cfg)
+
+
+@pytest.mark.parametrize('fragment, message',
+                         [('deepspeed_zero3', 'strategy.bf16.enabled'),
+                          ('fsdp2', 'param_dtype=bfloat16')])
+def test_amp_flag_refused_where_the_strategy_has_its_own(
+        tmp_path, monkeypatch, fragment, message):
+    train = load_tool('train')
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    with pytest.raises(ValueError, match=message):
+        train.use_amp(merged(tmp_path, DEMO, fragment))
+    cfg = merged(tmp_path, DEMO, 'fsdp')
+    train.use_amp(cfg)  # mmengine's FSDPStrategy takes AmpOptimWrapper
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+
+
+# ------------------------------------------------------ real launches
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def launch(script: str, args: list, cwd: str) -> subprocess.CompletedProcess:
+    """``bash tools/SCRIPT ARGS`` with 2 processes' worth of environment:
+    this interpreter, one thread each, a free port."""
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        PORT=str(_free_port()),
+        OMP_NUM_THREADS='1',
+        MKL_NUM_THREADS='1')
+    env.pop('DS_ACCELERATOR', None)  # the launcher sets it
+    return subprocess.run(['bash',
+                           osp.join(ROOT, 'tools', script), *args],
+                          cwd=cwd,
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
+
+
+def recorded(work_dir: str) -> list:
+    records = []
+    for rank in range(2):
+        with open(osp.join(work_dir, f'launch_rank{rank}.json')) as f:
+            records.append(json.load(f))
+    return records
+
+
+def with_recorder(tmp_path, strategy: str) -> str:
+    """The demo's strategy config, inherited as is, plus the recorder hook
+    (``custom_imports``, as any user hook)."""
+    cfg = STRATEGY_CFG.format(strategy)
+    hooks = Config.fromfile(cfg).to_dict()['custom_hooks']
+    child = tmp_path / f'{strategy}.py'
+    child.write_text(
+        f'_base_ = [{cfg!r}]\n'
+        "custom_imports = dict(imports=['tests.helpers.launch_recorder'], "
+        'allow_failed_imports=False)\n'
+        f"custom_hooks = {hooks!r} + [dict(type='LaunchRecorderHook')]\n")
+    return str(child)
+
+
+@pytest.fixture(scope='module')
+def launched(tmp_path_factory):
+    """Each demo strategy config trained for one epoch by
+    ``bash tools/dist_train.sh CFG 2``: {strategy: (work_dir, result)}."""
+    if 'zero3' in BUILT:
+        pytest.importorskip('deepspeed')
+    tmp = tmp_path_factory.mktemp('launch')
+    runs = {}
+    for strategy in BUILT:
+        work_dir = str(tmp / f'work_{strategy}')
+        result = launch('dist_train.sh', [
+            with_recorder(tmp, strategy), '2', '--work-dir', work_dir,
+            '--cfg-options', 'train_cfg.max_epochs=1'
+        ], ROOT)
+        runs[strategy] = (work_dir, result)
+    return runs
+
+
+@pytest.mark.parametrize('strategy', list(BUILT))
+def test_dist_train_builds_the_strategys_wrapper(launched, strategy):
+    work_dir, result = launched[strategy]
+    assert result.returncode == 0, result.stderr[-3000:]
+    want_strategy, want_wrapper = BUILT[strategy]
+    full = recorded(launched['ddp'][0])[0]['local_numel']
+    for record in recorded(work_dir):
+        assert record['runner'] == 'FlexibleRunner'
+        assert record['strategy'] == want_strategy
+        assert want_wrapper in record['wrapper_bases'], record
+        assert (record['backend'], record['world_size']) == ('gloo', 2)
+        if strategy in ('fsdp', 'fsdp2'):  # each rank holds a shard
+            assert record['local_numel'] < full, record
+    if strategy in ('fsdp', 'fsdp2'):
+        assert sum(r['local_numel'] for r in recorded(work_dir)) >= full
+    if strategy == 'zero3':
+        assert {r['zero_stage'] for r in recorded(work_dir)} == {3}
+    assert 'Setting accelerator to CPU' not in result.stdout + result.stderr
+
+
+def test_resume_and_cfg_options_under_flexible_runner(launched, tmp_path):
+    work_dir, _ = launched['fsdp2']
+    result = launch('dist_train.sh', [
+        with_recorder(tmp_path, 'fsdp2'), '2', '--work-dir', work_dir,
+        '--resume', '--cfg-options', 'train_cfg.max_epochs=2'
+    ], ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [r['start_epoch'] for r in recorded(work_dir)] == [1, 1]
+    assert 'resumed epoch: 1' in result.stdout + result.stderr
+
+
+def test_dist_test_evaluates_a_sharded_fsdp_checkpoint(launched):
+    work_dir, _ = launched['fsdp']
+    checkpoint = osp.join(work_dir, 'epoch_1.pth')
+    assert osp.isdir(checkpoint)  # FSDP1: one file per rank
+    result = launch('dist_test.sh', [
+        STRATEGY_CFG.format('fsdp'), checkpoint, '2', '--work-dir',
+        osp.join(work_dir, 'test')
+    ], ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count('test: accuracy=') == 1  # rank 0 prints
