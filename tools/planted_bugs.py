@@ -348,12 +348,51 @@ BUGS = [
          'tests/test_sharded.py::test_flexible_runner[zero1]',
          'tests/test_sharded.py::test_flexible_runner[zero2]')),
     Bug(
+        'AM1', 'the keyword check installed under the wrong name (a '
+        'misspelt keyword reaches __init__ unanswered)',
+        'mmstats/utils/args.py', '    cls.__init__ = __init__\n',
+        '    cls._checked_init = __init__\n', ('tests/test_arg_checks.py', )),
+    Bug('AM2', 'a second instance of a hook refused only from the third on',
+        'mmstats/utils/args.py', 'if len(found) < 2:', 'if len(found) < 3:',
+        ('tests/test_arg_checks.py', )),
+    Bug('AM3', 'every | splits the modules regex (inside parentheses too)',
+        'mmstats/utils/args.py', "elif char == '|' and depth == 0:",
+        "elif char == '|':", ('tests/test_arg_checks.py', )),
+    Bug('AM4', 'the unmatched alternative warned about at every train()',
+        'mmstats/hooks/module_stats_hook.py',
+        '        self._warned_unmatched = True\n        closest = []',
+        '        closest = []', ('tests/test_arg_checks.py', )),
+    Bug('AM5', "DeepSpeed's step wrapper drops the schedulers' _with_counter",
+        'mmstats/hooks/module_stats_hook.py',
+        'optim_wrapper.step = functools.wraps(self._step)(step)',
+        'optim_wrapper.step = step',
+        ('tests/test_hooks/test_module_stats_deepspeed_warnings.py', )),
+    Bug(
+        'AM6', "removing the DeepSpeed step wrapper deletes the schedulers' "
+        'step too', 'mmstats/hooks/module_stats_hook.py',
+        '            if self._own_step:\n'
+        '                self.optim_wrapper.step = self._step\n'
+        '            else:\n'
+        '                del self.optim_wrapper.step',
+        '            del self.optim_wrapper.step',
+        ('tests/test_hooks/test_module_stats_deepspeed_warnings.py', )),
+    Bug(
         'S11', "sharded precise BN's agreement counting the samples seen "
         'before the current batch (a batch too many)',
         'mmstats/precise_bn/update.py',
         'self._next = _Agreement(self, iterator, self.seen + used)',
         'self._next = _Agreement(self, iterator, self.seen)',
         ('tests/test_precise_bn/test_sharded.py', )),
+    Bug(
+        'SH8', 'spikes tested on the signed value (a statistic turning very '
+        'negative never spikes)', 'mmstats/stats/spikes.py',
+        'if median > 0 and abs(value) > self.factor * median:',
+        'if median > 0 and value > self.factor * median:',
+        ('tests/test_stats/test_spikes.py', )),
+    Bug('SH9', "a spike's median taken of the signed history",
+        'mmstats/stats/spikes.py', 'np.median(np.abs(np.asarray(history)))',
+        'np.median(np.asarray(history))',
+        ('tests/test_stats/test_spikes.py', )),
 ]
 
 
