@@ -393,16 +393,6 @@ BUGS = [
         'mmstats/stats/spikes.py', 'np.median(np.abs(np.asarray(history)))',
         'np.median(np.asarray(history))',
         ('tests/test_stats/test_spikes.py', )),
-    Bug(
-        'SH8', 'spikes tested on the signed value (a statistic turning very '
-        'negative never spikes)', 'mmstats/stats/spikes.py',
-        'if median > 0 and abs(value) > self.factor * median:',
-        'if median > 0 and value > self.factor * median:',
-        ('tests/test_stats/test_spikes.py', )),
-    Bug('SH9', "a spike's median taken of the signed history",
-        'mmstats/stats/spikes.py', 'np.median(np.abs(np.asarray(history)))',
-        'np.median(np.asarray(history))',
-        ('tests/test_stats/test_spikes.py', )),
 ]
 
 
