@@ -1,11 +1,13 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """Let another package's ``tools/train.py`` run several CPU processes.
 
-mmpretrain's, mmdet's and mmseg's ``tools/train.py`` build their Runner with
-``Runner.from_cfg(cfg)`` after setting ``cfg.launcher``; on a machine without
-CUDA, mmengine 0.10.7 then fails in ``init_dist`` (``torch.cuda.set_device``)
-and in ``wrap_model`` (``device_ids=[LOCAL_RANK]``). One config line fixes
-that without touching their scripts::
+mmpretrain's, mmdet's and mmseg's ``tools/train.py`` build their runner with
+``Runner.from_cfg(cfg)`` (``RUNNERS.build(cfg)``, hence
+``FlexibleRunner.from_cfg``, when the config sets ``runner_type``) after
+setting ``cfg.launcher``; on a machine without CUDA, mmengine 0.10.7 then
+fails in ``init_dist`` (``torch.cuda.set_device``) and in ``wrap_model``
+(``device_ids=[LOCAL_RANK]``). One config line fixes that without touching
+their scripts::
 
     custom_imports = dict(imports=['mmstats.utils.cpu_dist'])
 
@@ -15,28 +17,31 @@ config (``Config.fromfile``), before the script builds the Runner.
 
 What importing does: only in a process started by a launcher (``WORLD_SIZE``
 from torchrun, ``SLURM_PROCID`` or ``OMPI_COMM_WORLD_RANK`` in the
-environment) on a machine without CUDA, ``Runner.from_cfg`` is wrapped so
-that it first calls :func:`mmstats.utils.setup_launcher` on the config. That
-does nothing for ``launcher='none'``; otherwise it creates the gloo process
-group (the Runner then skips its own ``init_dist``) and sets
-``model_wrapper_cfg`` to mmengine's default DDP wrapper with
-``device_ids=None``, unless the config has one. Anywhere else (with CUDA, or
-without a launcher's environment) importing changes nothing.
+environment) on a machine without CUDA, ``Runner.from_cfg`` and
+``FlexibleRunner.from_cfg`` are wrapped so that they first call
+:func:`mmstats.utils.setup_launcher` on the config. That creates the gloo
+process group (the runner then skips its own ``init_dist``) and sets the
+CPU arguments of the model wrapper: ``model_wrapper_cfg`` for a Runner, the
+strategy's wrapper for a FlexibleRunner (DDP, FSDP1, FSDP2, DeepSpeed).
+Anywhere else (with CUDA, or without a launcher's environment) importing
+changes nothing.
 """
 import functools
 import os
 
 import torch
-from mmengine.runner import Runner
+from mmengine.runner import FlexibleRunner, Runner
 
 from .launcher import setup_launcher
 
 LAUNCHER_ENV = ('WORLD_SIZE', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK')
+RUNNER_CLASSES = (Runner, FlexibleRunner)
 _MARK = '_mmstats_setup_launcher'
 
 
 def is_installed() -> bool:
-    """Whether ``Runner.from_cfg`` currently calls ``setup_launcher``.
+    """Whether ``Runner.from_cfg`` (and ``FlexibleRunner.from_cfg``)
+    currently call ``setup_launcher``.
 
     Example:
         .. code-block:: python
@@ -44,14 +49,15 @@ def is_installed() -> bool:
             from mmstats.utils import cpu_dist
             cpu_dist.is_installed()  # True under torchrun on a CPU machine
     """
-    return getattr(Runner.from_cfg, _MARK, False)
+    return all(getattr(cls.from_cfg, _MARK, False) for cls in RUNNER_CLASSES)
 
 
 def install() -> bool:
-    """Wrap ``Runner.from_cfg`` when launched without CUDA (idempotent).
+    """Wrap ``Runner.from_cfg`` and ``FlexibleRunner.from_cfg`` when
+    launched without CUDA (idempotent).
 
     Returns:
-        bool: Whether ``Runner.from_cfg`` now calls
+        bool: Whether the runners' ``from_cfg`` now call
         :func:`~mmstats.utils.setup_launcher` first.
 
     Example:
@@ -66,7 +72,15 @@ def install() -> bool:
     if torch.cuda.is_available() or not any(k in os.environ
                                             for k in LAUNCHER_ENV):
         return False
-    original = Runner.__dict__['from_cfg'].__func__
+    for runner_cls in RUNNER_CLASSES:
+        if not getattr(runner_cls.from_cfg, _MARK, False):
+            runner_cls.from_cfg = classmethod(
+                _calling_setup_launcher(
+                    runner_cls.__dict__['from_cfg'].__func__))
+    return True
+
+
+def _calling_setup_launcher(original):
 
     @functools.wraps(original)
     def from_cfg(cls, cfg):
@@ -74,12 +88,11 @@ def install() -> bool:
         return original(cls, cfg)
 
     setattr(from_cfg, _MARK, True)
-    Runner.from_cfg = classmethod(from_cfg)
-    return True
+    return from_cfg
 
 
 def uninstall() -> None:
-    """Restore mmengine's ``Runner.from_cfg`` (for tests).
+    """Restore mmengine's ``from_cfg`` of both runners (for tests).
 
     Example:
         .. code-block:: python
@@ -88,8 +101,10 @@ def uninstall() -> None:
             cpu_dist.uninstall()
             assert not cpu_dist.is_installed()
     """
-    if is_installed():
-        Runner.from_cfg = classmethod(Runner.from_cfg.__func__.__wrapped__)
+    for runner_cls in RUNNER_CLASSES:
+        if getattr(runner_cls.from_cfg, _MARK, False):
+            runner_cls.from_cfg = classmethod(
+                runner_cls.from_cfg.__func__.__wrapped__)
 
 
 install()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from mmengine.registry import MODEL_WRAPPERS
-from mmengine.runner import Runner
+from mmengine.runner import FlexibleRunner, Runner
 
 from mmstats.utils import cpu_dist, setup_launcher
 from mmstats.utils.launcher import no_buffer_sync_kwargs
@@ -58,6 +58,9 @@ def test_under_a_launcher_from_cfg_with_launcher_none_is_unchanged(
     assert cpu_dist.install() is True
     assert cpu_dist.install() is True  # idempotent: wrapped once
     assert Runner.from_cfg.__func__.__wrapped__ is no_cpu_dist.__func__
+    # what RUNNERS.build calls for runner_type='FlexibleRunner'
+    assert FlexibleRunner.from_cfg.__func__.__wrapped__.__qualname__ == \
+        'FlexibleRunner.from_cfg'
     cfg = toy_cfg(tmp_path)
     cfg.launcher = 'none'
     runner = Runner.from_cfg(cfg)
