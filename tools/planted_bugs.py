@@ -393,6 +393,10 @@ BUGS = [
         'mmstats/stats/spikes.py', 'np.median(np.abs(np.asarray(history)))',
         'np.median(np.asarray(history))',
         ('tests/test_stats/test_spikes.py', )),
+    Bug('TP11', "MFU over one device's peak (all ranks' FLOP/s: x world)",
+        'mmstats/hooks/throughput_hook.py', "flops * per_s / sums['peak']",
+        'flops * per_s / self._peak()',
+        ('tests/test_hooks/test_throughput_hook.py', )),
 ]
 
 

@@ -190,8 +190,9 @@ def _memory_maxima(logs, steps):
     return out
 
 
-def check_publications(results, steps, texts, per_sample):
-    """Every published figure of every step against the raw values."""
+def check_publications(results, steps, texts, per_sample, peak=None):
+    """Every published figure of every step against the raw values (MFU
+    against ``peak``, the peak FLOP/s of one device, times the ranks)."""
     scalars = results[0]['scalars']
     published = sorted(s for s, r in scalars.items()
                        if 'throughput/samples' in r)
@@ -215,13 +216,20 @@ def check_publications(results, steps, texts, per_sample):
             samples * per_sample / seconds, rel=1e-12)
         assert record['memory/max_rss'] == memory[step][0]
         assert record['memory/max_rss_rank'] == memory[step][1]
-        assert 'throughput/mfu' not in record  # no peak known on a CPU
+        if peak is None:
+            assert 'throughput/mfu' not in record  # no peak known on a CPU
+        else:
+            assert record['throughput/mfu'] == pytest.approx(
+                samples * per_sample / seconds / (len(results) * peak),
+                rel=1e-12)
         if step in texts:  # LoggerHook's line: the short keys
             assert record['samples_per_s'] == record[
                 'throughput/samples_per_s']
             assert record['memory/max'] == record['memory/max_rss']
+            assert record.get('mfu') == record.get('throughput/mfu')
         else:
             assert 'samples_per_s' not in record
+            assert 'mfu' not in record
         start = step
 
 
@@ -340,21 +348,24 @@ def test_a_batch_without_rows_takes_samples_out_with_a_warning(
 def test_two_ranks_uneven_last_batches(tmp_path):
     """80 samples on 2 ranks: 16, 16, 8 per rank and epoch; rank 1's
     iterations take twice as long; the figures are the sums and maxima
-    over both ranks, identical on both."""
+    over both ranks, identical on both; MFU is over both devices' peaks."""
     results = run_distributed(
         _train,
         2,
         str(tmp_path),
         dict(num_samples=80, batch_size=16, log_interval=2),
+        dict(peak_flops=1e9),
         timeout=240)
     assert [r['rows'] for r in results] == [[16, 16, 8] * 2] * 2
-    check_publications(results, [2, 3, 5, 6], {2, 5}, toy_flops_per_sample())
+    check_publications(results, [2, 3, 5, 6], {2, 5}, toy_flops_per_sample(),
+                       1e9)
     maxima = _memory_maxima([r['memory_log'] for r in results], [2, 3, 5, 6])
     assert {rank for _, rank in maxima.values()} == {0, 1}  # both hold one
     # both ranks' lines show the same (the last line's, at 5)
     assert results[0]['hub'] == results[1]['hub'] == {
         'memory/max': results[0]['scalars'][5]['memory/max_rss'],
-        'samples_per_s': results[0]['scalars'][5]['throughput/samples_per_s']
+        'samples_per_s': results[0]['scalars'][5]['throughput/samples_per_s'],
+        'mfu': results[0]['scalars'][5]['throughput/mfu']
     }
 
 
