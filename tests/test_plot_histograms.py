@@ -1,5 +1,7 @@
 """tools/analysis/plot_histograms.py: the heat map keeps every count, on a
-linear and a symmetric log axis, and draws a real run's event file."""
+linear and a symmetric log axis, and draws a real run's event file into
+the run's ``vis_data/`` (``wrote PATH``, a title, a labelled colour bar; no
+colour bar where the shares are one value)."""
 import os.path as osp
 import sys
 from types import SimpleNamespace
@@ -14,6 +16,8 @@ matplotlib.use('Agg')
 sys.path.insert(
     0, osp.join(osp.dirname(osp.dirname(__file__)), 'tools', 'analysis'))
 import plot_histograms  # noqa: E402
+
+from tests.helpers.figures import colorbar_labels, suptitle, wrote  # noqa
 
 
 def _hist(values, limits):
@@ -41,7 +45,23 @@ def test_resampling_keeps_every_count(values, limits):
     assert (share >= 0).all()
 
 
-def test_draws_the_histograms_of_a_real_run(tmp_path, clean_mmengine):
+def test_one_share_everywhere_draws_no_colour_bar():
+    spread = _hist([1., 1.5, 2., 3.9], [1.2, 2., 4.])
+    constant = _hist([0.1] * 4, [0.2])  # one bin holds every value
+    histograms = {
+        'stats/a/hist': [(1, spread), (2, spread)],
+        'stats/lr/hist': [(1, constant), (2, constant)]
+    }
+    fig = plot_histograms.histograms_figure(histograms, vis_data='x')
+    spread_ax, constant_ax = fig.axes[:2]
+    assert colorbar_labels(fig) == [plot_histograms.SHARE]
+    assert constant_ax.get_title() == (
+        f'stats/lr/hist (all ranks); {plot_histograms.SHARE}: 1 everywhere')
+    assert spread_ax.get_title() == 'stats/a/hist (all ranks)'
+    assert suptitle(fig) == 'histograms of StatsCollectorHook: x'
+
+
+def test_draws_the_histograms_of_a_real_run(tmp_path, clean_mmengine, capsys):
     from mmengine.runner import Runner
 
     from tests.helpers.runner import toy_cfg
@@ -70,7 +90,22 @@ def test_draws_the_histograms_of_a_real_run(tmp_path, clean_mmengine):
     # its metrics (log_metric_by_epoch: the epoch, 0 in an iteration loop)
     (step, val), = histograms['stats/val/model/feat_norm/hist']
     assert (step, val.num, sum(val.bucket)) == (0, 64, 64)
-    out = plot_histograms.main(
-        [str(tmp_path), '--out',
-         str(tmp_path / 'h.png')])
-    assert osp.getsize(out) > 0
+    capsys.readouterr()
+    # the run's vis_data, beside its event file; one "wrote PATH" line
+    vis_data = osp.join(runner.log_dir, 'vis_data')
+    out = plot_histograms.main([str(tmp_path)])
+    assert out == osp.join(vis_data, 'histograms.png')
+    assert wrote(capsys.readouterr().out) == [out]
+    assert osp.getsize(out) > 10_000
+    fig = plot_histograms.histograms_figure(histograms, vis_data=vis_data)
+    assert suptitle(fig) == ('histograms of StatsCollectorHook: '
+                             f'{tmp_path.name}/{runner.timestamp}')
+    assert colorbar_labels(fig) == [plot_histograms.SHARE] * 2
+    panels = [ax for ax in fig.axes if not hasattr(ax, '_colorbar')]
+    assert [ax.get_title() for ax in panels] == [
+        'stats/model/feat_norm/hist (all ranks)',
+        'stats/val/model/feat_norm/hist (all ranks)'
+    ]
+    other = str(tmp_path / 'h.png')
+    assert plot_histograms.main([str(tmp_path), '--out', other]) == other
+    assert wrote(capsys.readouterr().out) == [other]

@@ -1,6 +1,8 @@
 """tools/analysis/plot_stats.py on a small real run (heat map, panels, x
-axis units) and on written scalars.json files (quantile bands, bounded
-quantities, log loss axis, legends outside the curves)."""
+axis units, the PNGs in the run's ``vis_data/`` with ``wrote PATH``,
+titles, labelled colour bars) and on written scalars.json files (quantile
+bands, bounded quantities, log loss axis, legends outside the curves, no
+one-value colour bar)."""
 import json
 import os.path as osp
 import sys
@@ -13,8 +15,11 @@ matplotlib.use('Agg')
 
 sys.path.insert(
     0, osp.join(osp.dirname(osp.dirname(__file__)), 'tools', 'analysis'))
+import plot_curves  # noqa: E402
 import plot_stats  # noqa: E402
 from plot_curves import load_scalars  # noqa: E402
+
+from tests.helpers.figures import colorbar_labels, suptitle, wrote  # noqa
 
 
 @pytest.fixture(scope='module')
@@ -46,20 +51,46 @@ def _write(path, records):
     return str(path)
 
 
-def test_real_run_pictures(real_run, tmp_path):
+def test_real_run_pictures(real_run, tmp_path, capsys):
     out = str(tmp_path / 'stats.png')
     assert plot_stats.main([real_run, '--out', out]) == out
+    assert wrote(
+        capsys.readouterr().out) == [out, str(tmp_path / 'modules.png')]
     for path in (out, str(tmp_path / 'modules.png')):
         assert osp.getsize(path) > 10_000
     path = plot_stats.find_scalars(real_run)
+    vis_data = osp.dirname(path)
+    # by default: in the run's vis_data, beside scalars.json
+    assert plot_stats.main([real_run]) == osp.join(vis_data, 'stats.png')
+    assert wrote(capsys.readouterr().out) == [
+        osp.join(vis_data, 'stats.png'),
+        osp.join(vis_data, 'modules.png')
+    ]
+    run = f'{osp.basename(real_run)}/{osp.basename(osp.dirname(vis_data))}'
     series = load_scalars(path)
-    fig = plot_stats.modules_figure(series, 'stats', 'modules')
+    fig = plot_stats.modules_figure(
+        series, 'stats', 'modules', scalars_path=path)
+    assert suptitle(fig) == f'ModuleStatsHook: {run}'
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert titles == [
         'activation scale (rms) (log colour scale)',
         'gradient norm (log colour scale)',
         'update ratio ||dw|| / ||w|| (log colour scale)'
     ]
+    assert colorbar_labels(fig) == [
+        'activation scale (rms) (act)', 'gradient norm (grad_norm)',
+        'update ratio ||dw|| / ||w|| (update_ratio)'
+    ]
+    names = plot_stats.names_figure(
+        series, ['loss'], 'stats', (True, False), scalars_path=path)
+    assert suptitle(names) == f'StatsCollectorHook: {run}'
+    # the loss and accuracy curves (tools/train.py draws them too)
+    assert plot_curves.main([real_run]) == osp.join(vis_data, 'curves.png')
+    assert wrote(capsys.readouterr().out) == [osp.join(vis_data, 'curves.png')]
+    curves = plot_curves.curves_figure(series, path)
+    assert suptitle(curves) == f'training curves: {run}'
+    assert [ax.get_title()
+            for ax in curves.axes] == ['train loss', 'val accuracy (%)']
     heat = fig.axes[0]
     assert [t.get_text()
             for t in heat.get_yticklabels()] == ['backbone.stem', 'head']
@@ -141,6 +172,26 @@ def test_quantile_bands_and_log_loss(tmp_path):
     fig = plot_stats.names_figure(
         series, ['loss'], 'stats', (False, False), log_loss=True)
     assert fig.axes[0].get_yscale() == 'log'
+
+
+def test_one_value_heat_map_draws_no_colour_bar(tmp_path):
+    records = [{
+        'stats/modules/head/grad_norm/mean': 0.5,
+        'stats/modules/stem/grad_norm/mean': 0.5,
+        'stats/modules/head/update_ratio/mean': 1e-3 * s,
+        'stats/modules/stem/update_ratio/mean': 2e-3 * s,
+        'step': s
+    } for s in (1, 2, 3)]
+    series = load_scalars(_write(tmp_path / 'scalars.json', records))
+    fig = plot_stats.modules_figure(series, 'stats', 'modules')
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == [
+        'gradient norm: 0.5 everywhere',
+        'update ratio ||dw|| / ||w|| (log colour scale)'
+    ]
+    assert colorbar_labels(fig) == [
+        'update ratio ||dw|| / ||w|| (update_ratio)'
+    ]
 
 
 def test_unknown_key_names_the_available_ones(real_run):

@@ -3,24 +3,32 @@
 (``histogram_regex``) as a heat map over the run.
 
     python tools/analysis/plot_histograms.py WORK_DIR
-        [--tags stats/loss/hist ...] [--out histograms.png]
+        [--tags stats/loss/hist ...] [--out PNG]
 
-One panel per histogram tag: x the step of each publication, y the value
-(a symmetric log axis where the values span more than two decades or
-change sign), colour the share of that publication's values per unit of
-y (each bucket's count spread evenly over its range, as TensorBoard draws
-it), on a log colour scale; the exact minimum and maximum as lines.
-Reads the event files under ``WORK_DIR/*/vis_data`` (or a directory of
-event files) with tensorboard's ``EventAccumulator``.
+Writes ``WORK_DIR/<timestamp>/vis_data/histograms.png`` (the newest run's,
+beside its event files) and prints ``wrote PATH``. One panel per histogram
+tag: x the step of each publication, y the value (a symmetric log axis
+where the values span more than two decades or change sign), colour the
+share of that publication's values per bin of y (each bucket's count
+spread evenly over its range, as TensorBoard draws it), on a log colour
+scale; the exact minimum and maximum as lines. A panel whose shares are
+all one value (every value in one bin) has no colour bar; its title says
+the share. Reads the event files under ``WORK_DIR/*/vis_data`` (or a
+directory of event files) with tensorboard's ``EventAccumulator``.
 """
 import argparse
-import glob
 import os.path as osp
+import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from figures import vis_data_dir  # noqa: E402
+from figures import colorbar, one_value, save, title  # noqa: E402
+
 ROWS = 160  # value bins of the drawing
+SHARE = "share of the publication's values per bin"
 
 
 def load_histograms(path: str) -> Dict[str, List[Tuple[int, object]]]:
@@ -28,8 +36,7 @@ def load_histograms(path: str) -> Dict[str, List[Tuple[int, object]]]:
     ``path`` (a work dir, or a directory holding event files)."""
     from tensorboard.backend.event_processing.event_accumulator import (
         HISTOGRAMS, EventAccumulator)
-    runs = sorted(glob.glob(osp.join(path, '*', 'vis_data')))
-    directory = runs[-1] if runs else path
+    directory = vis_data_dir(path)
     events = EventAccumulator(
         directory, size_guidance={
             HISTOGRAMS: 0
@@ -92,12 +99,11 @@ def resample(hist: object, edges: np.ndarray,
     return out
 
 
-def draw(histograms: Dict[str, List[Tuple[int, object]]],
-         tags: Optional[Sequence[str]] = None,
-         out: str = 'histograms.png') -> str:
-    """Draw one panel per tag; return the path written."""
-    import matplotlib
-    matplotlib.use('Agg')
+def histograms_figure(histograms: Dict[str, List[Tuple[int, object]]],
+                      tags: Optional[Sequence[str]] = None,
+                      vis_data: str = ''):
+    """One panel per tag (a matplotlib Figure), titled with the run of
+    ``vis_data``."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
     tags = list(tags or sorted(histograms))
@@ -131,32 +137,50 @@ def draw(histograms: Dict[str, List[Tuple[int, object]]],
                 f'{np.sign(t) * scale * np.expm1(abs(t)):.3g}' for t in ticks
             ])
             ax.set_ylim(edges[0], edges[-1])
-        ax.set_title(f'{tag} (all ranks; share of values per bin)')
+        only = one_value(masked.compressed())
+        ax.set_title(f'{tag} (all ranks)' + (
+            '' if only is None else f'; {SHARE}: {only:.3g} everywhere'))
         ax.set_xlabel('step (epoch for per-epoch summaries)' if tag.
                       split('/')[1] in ('val', 'test') else 'step')
-        fig.colorbar(mesh, ax=ax, pad=0.01)
-        ax.legend(loc='upper left', bbox_to_anchor=(1.12, 1), fontsize=8)
+        bar = colorbar(fig, mesh, ax, SHARE, masked.compressed())
+        ax.legend(
+            loc='upper left',
+            bbox_to_anchor=(1.12 if bar else 1.01, 1),
+            fontsize=8)
+    title(fig, 'histograms of StatsCollectorHook', vis_data)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return fig
+
+
+def draw(histograms: Dict[str, List[Tuple[int, object]]],
+         tags: Optional[Sequence[str]] = None,
+         out: str = 'histograms.png',
+         vis_data: str = '') -> str:
+    """Draw one panel per tag into ``out``; print ``wrote PATH`` and return
+    it."""
+    import matplotlib
+    matplotlib.use('Agg')
+    return save(histograms_figure(histograms, tags, vis_data), out)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('work_dir', help='a work dir or an event directory')
     parser.add_argument('--tags', nargs='+', help='histogram tags to draw')
-    parser.add_argument('--out', default=None, help='the PNG to write')
+    parser.add_argument(
+        '--out',
+        default=None,
+        help="the PNG to write (default: histograms.png in the run's "
+        'vis_data)')
     args = parser.parse_args(argv)
-    histograms = load_histograms(args.work_dir)
+    directory = vis_data_dir(args.work_dir)
+    histograms = load_histograms(directory)
     if not histograms:
-        raise SystemExit(f'no histograms in {args.work_dir!r}: was '
+        raise SystemExit(f'no histograms in {directory!r}: was '
                          'StatsCollectorHook(histogram_regex=...) run with a '
                          'TensorboardVisBackend?')
-    out = args.out or osp.join(args.work_dir, 'histograms.png')
-    path = draw(histograms, args.tags, out)
-    print(path)
-    return path
+    out = args.out or osp.join(directory, 'histograms.png')
+    return draw(histograms, args.tags, out, directory)
 
 
 if __name__ == '__main__':

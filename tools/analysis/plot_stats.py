@@ -4,11 +4,14 @@
     python tools/analysis/plot_stats.py WORK_DIR [--keys loss model/feat_norm]
         [--modules-prefix modules] [--log-loss] [--out PNG]
 
-Writes ``stats.png`` (one panel per reported name: the p50 line in a p1-p99
-band where StatsCollectorHook published quantiles, the mean in a mean+-std
-band otherwise, with min/max) and, when ModuleStatsHook ran,
-``modules.png`` (heat maps modules x iterations of activation scale,
-gradient norm and update ratio on a log colour scale). Each panel's x axis
+Writes ``WORK_DIR/<timestamp>/vis_data/stats.png`` (beside the newest
+run's ``scalars.json``; one panel per reported name: the p50 line in a
+p1-p99 band where StatsCollectorHook published quantiles, the mean in a
+mean+-std band otherwise, with min/max) and, when ModuleStatsHook ran,
+``modules.png`` beside it (heat maps modules x iterations of activation
+scale, gradient norm and update ratio on a log colour scale, each with a
+labelled colour bar; a map of one value everywhere says it in its title
+instead), and prints ``wrote PATH`` for each. Each panel's x axis
 says what it counts (iteration, or epoch for per-epoch summaries and
 validation), legends sit outside the axes, losses spanning more than a
 decade are drawn on a log axis (or always with ``--log-loss``) and bands
@@ -24,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from figures import colorbar, one_value, save, title  # noqa: E402
 from plot_curves import Series, load_scalars  # noqa: E402
 
 QUANTILE = re.compile(r'p(\d{1,2}(?:\.\d+)?)$')
@@ -182,14 +186,15 @@ def module_matrix(series: Series, prefix: str, modules_prefix: str,
 def modules_figure(series: Series,
                    prefix: str,
                    modules_prefix: str,
-                   x_label: str = 'iteration'):
+                   x_label: str = 'iteration',
+                   scalars_path: str = ''):
     """The heat maps of ModuleStatsHook's statistics (a matplotlib
-    Figure); None without them."""
+    Figure), titled with the run of ``scalars_path``; None without
+    them."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
-    panels = [(stat, title, module_matrix(series, prefix, modules_prefix,
-                                          stat))
-              for stat, title in MODULE_PANELS]
+    panels = [(stat, what, module_matrix(series, prefix, modules_prefix, stat))
+              for stat, what in MODULE_PANELS]
     panels = [p for p in panels if p[2][0]]
     if not panels:
         return None
@@ -200,7 +205,7 @@ def modules_figure(series: Series,
         squeeze=False,
         figsize=(9, (1.2 + 0.3 * rows) * len(panels)))
     for ax, panel in zip(axes[:, 0], panels):
-        stat, title, (names, steps, matrix) = panel
+        stat, what, (names, steps, matrix) = panel
         positive = matrix[np.isfinite(matrix) & (matrix > 0)]
         norm = LogNorm(positive.min(), positive.max()) if positive.size \
             else None
@@ -214,8 +219,11 @@ def modules_figure(series: Series,
         ticks = np.linspace(0, len(steps) - 1, min(len(steps), 8)).round()
         ax.set_xticks(ticks, [f'{steps[int(t)]:g}' for t in ticks])
         ax.set_xlabel(x_label)
-        ax.set_title(f'{title} (log colour scale)')
-        fig.colorbar(mesh, ax=ax, label=stat)
+        only = one_value(positive)
+        ax.set_title(f'{what}: {only:.3g} everywhere'
+                     if only is not None else f'{what} (log colour scale)')
+        colorbar(fig, mesh, ax, f'{what} ({stat})', positive)
+    title(fig, 'ModuleStatsHook', osp.dirname(scalars_path))
     fig.tight_layout()
     return fig
 
@@ -224,8 +232,10 @@ def names_figure(series: Series,
                  names: List[str],
                  prefix: str,
                  units: Tuple[bool, bool],
-                 log_loss: bool = False):
-    """One panel per reported name (see :func:`draw_name`); a Figure."""
+                 log_loss: bool = False,
+                 scalars_path: str = ''):
+    """One panel per reported name (see :func:`draw_name`); a Figure
+    titled with the run of ``scalars_path``."""
     import matplotlib.pyplot as plt
     val_by_epoch, stats_by_epoch = units
     fig, axes = plt.subplots(
@@ -240,16 +250,9 @@ def names_figure(series: Series,
             name,
             'epoch' if by_epoch else 'iteration',
             log_y=True if log_loss and 'loss' in name else None)
+    title(fig, 'StatsCollectorHook', osp.dirname(scalars_path))
     fig.tight_layout()
     return fig
-
-
-def save(fig, out: str) -> str:
-    """Write ``fig`` to ``out`` and close it."""
-    import matplotlib.pyplot as plt
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
 
 
 def main(argv=None) -> str:
@@ -271,8 +274,7 @@ def main(argv=None) -> str:
         help='log y axis for every loss panel')
     parser.add_argument(
         '--out',
-        help='PNG of the names (default: '
-        'stats.png beside scalars.json)')
+        help="PNG of the names (default: stats.png in the run's vis_data)")
     parser.add_argument(
         '--modules-out',
         help='PNG of the module heat maps '
@@ -293,14 +295,14 @@ def main(argv=None) -> str:
                          f'{path}; available: {available}')
     out = args.out or osp.join(osp.dirname(path), 'stats.png')
     units = epoch_units(path)
-    save(names_figure(series, keys, args.prefix, units, args.log_loss), out)
-    print(f'plot: {out}')
+    save(
+        names_figure(series, keys, args.prefix, units, args.log_loss, path),
+        out)
     figure = modules_figure(series, args.prefix, args.modules_prefix,
-                            'epoch' if units[1] else 'iteration')
+                            'epoch' if units[1] else 'iteration', path)
     if figure is not None:
-        modules_out = args.modules_out or osp.join(
-            osp.dirname(out), 'modules.png')
-        print(f'plot: {save(figure, modules_out)}')
+        save(figure, args.modules_out
+             or osp.join(osp.dirname(out), 'modules.png'))
     return out
 
 
