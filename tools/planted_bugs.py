@@ -397,6 +397,16 @@ BUGS = [
         'mmstats/hooks/throughput_hook.py', "flops * per_s / sums['peak']",
         'flops * per_s / self._peak()',
         ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug('PL1', 'a colour bar of one value (one rank holding every peak)',
+        'tools/analysis/figures.py',
+        'if np.unique(values[np.isfinite(values)]).size < 2:',
+        'if np.unique(values[np.isfinite(values)]).size < 1:',
+        ('tests/test_plot_throughput.py', 'tests/test_plot_stats.py')),
+    Bug('PL2', 'plot_histograms writes into the work dir, not the vis_data',
+        'tools/analysis/plot_histograms.py',
+        "out = args.out or osp.join(directory, 'histograms.png')",
+        "out = args.out or osp.join(args.work_dir, 'histograms.png')",
+        ('tests/test_plot_histograms.py', )),
 ]
 
 
