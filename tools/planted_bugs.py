@@ -407,6 +407,23 @@ BUGS = [
         "out = args.out or osp.join(directory, 'histograms.png')",
         "out = args.out or osp.join(args.work_dir, 'histograms.png')",
         ('tests/test_plot_histograms.py', )),
+    # histogram bucket edges: keys exact against the edge table
+    Bug(
+        'HE1', 'host sketch keys from log alone (a value on an edge or one '
+        'ulp beside it counted one bucket off, -1 above its limit)',
+        'mmstats/stats/sketch.py', 'keys += mag > self._table()[column]',
+        'keys = np.clip(np.ceil(np.log(mag) * self.multiplier), '
+        'self.min_key, self.max_key)',
+        ('tests/test_hooks/test_stats_collector_health.py', )),
+    Bug(
+        'HE2', 'negative values compared with the positive edges (-1 in '
+        'the bucket above its limit)', 'mmstats/stats/sketch.py',
+        '.sub_(sign, alpha=half)', '.sub_(sign.abs(), alpha=half)',
+        ('tests/test_stats/test_histograms.py', )),
+    Bug('HE3', 'device sketch keys from log alone', 'mmstats/stats/sketch.py',
+        'return keys.sub_(edge.sub_(mag).sign_().clamp_(max=0))',
+        'return mag.log().mul_(self.multiplier).ceil_()',
+        ('tests/test_stats/test_histograms.py', )),
 ]
 
 

@@ -111,8 +111,8 @@ def sketch_histogram(sketch: Sketch,
         ...                         -1., 2.)
         >>> hist.bucket_counts.tolist()  # empty buckets over the gaps
         [1.0, 0.0, 1.0, 0.0, 2.0, 0.0, 1.0]
-        >>> hist.bucket_limits[[0, 2, 4, 6]].round(3).tolist()
-        [-0.98, 0.0, 1.0, 2.0]
+        >>> hist.bucket_limits[[0, 2, 4, 6]].round(3).tolist()  # -1: (.., -1]
+        [-1.0, 0.0, 1.0, 2.0]
         >>> hist.num, hist.sum, round(hist.sum_squares, 3)
         (5.0, 3.0, 7.0)
     """

@@ -1,13 +1,21 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """Mergeable quantile sketch kernels (DDSketch, Masson et al., VLDB 2019).
 
-Bucket ``k`` holds the magnitudes in ``(gamma^(k-1), gamma^k]`` with
-``gamma = (1 + alpha) / (1 - alpha)``; its representative value
+With ``gamma = (1 + alpha) / (1 - alpha)`` and ``E[k]`` the float64 table
+of ``gamma^k`` (:attr:`LogBuckets.edges`), bucket ``k`` holds the positive
+values in ``(E[k-1], E[k]]`` and the negative ones in ``(-E[k], -E[k-1]]``
+(magnitudes ``[E[k-1], E[k])``): every bucket is ``(lower, upper]`` in value
+order, as TensorBoard reads a histogram. Keys are exact against the table
+on every device (``log`` gives a key within one of it, one comparison with
+the table fixes it), so a value on an edge or one ulp beside it has the
+same key on the host, on CPU and on CUDA, and histograms write exactly the
+edges values were counted with. The representative value
 ``2 gamma^k / (1 + gamma)`` is within ``alpha`` relative of every magnitude
-in it. Every finite float64 magnitude has a key (subnormals included: about
-72k keys per sign at ``alpha = 0.01``); zero has its own bucket. A
-:class:`Sketch` (the host form) stores only the buckets it saw, as sorted
-signed *codes* (value order) and counts; sketches merge by adding counts.
+in bucket ``k``. Every finite float64 magnitude has a key (subnormals
+included: about 72k keys per sign at ``alpha = 0.01``); zero has its own
+bucket. A :class:`Sketch` (the host form) stores only the buckets it saw,
+as sorted signed *codes* (value order) and counts; sketches merge by adding
+counts.
 
 Per name and sign, at most ``max_buckets`` keys below the largest magnitude
 are kept: smaller non-zero magnitudes are *collapsed* (DDSketch's
@@ -32,6 +40,11 @@ __all__ = [
 ]
 
 _F64 = torch.float64
+# ``ceil(log(m) / log(gamma) - _BIAS)`` is the exact key or the one below
+# (log's and the table's rounding move a key by ~1e-11, far below _BIAS):
+# one comparison with the table's edge gives the exact key.
+_BIAS = 1e-6
+_MIN_NORMAL = 2.0**-1022
 
 # Signed codes: 0 is zero, +-1 collapsed magnitudes, +-(key - min_key + 2)
 # kept buckets: codes sort as the values they stand for.
@@ -200,6 +213,8 @@ class LogBuckets:
         self.max_key = math.ceil(
             math.log(sys.float_info.max) * self.multiplier)
         self._log_scale = math.log(2 / (1 + self.gamma))
+        self._edges: Optional[np.ndarray] = None
+        self._device_edges: dict = {}  # device -> the edges there
 
     def __repr__(self) -> str:
         return (f'LogBuckets(relative_accuracy={self.relative_accuracy}, '
@@ -217,11 +232,102 @@ class LogBuckets:
     def __hash__(self) -> int:
         return hash(self._params())
 
-    def magnitude_codes(self, magnitudes: np.ndarray) -> np.ndarray:
-        """Unsigned codes (>= 2) of positive finite ``magnitudes``."""
+    @property
+    def edges(self) -> np.ndarray:
+        """The float64 bucket edges, ``(2, max_key - min_key + 2)``: row 0
+        ``E[k]`` of the positive values, row 1 of the negative ones'
+        magnitudes, for the keys ``min_key - 1 .. max_key`` (``E[k]`` at
+        column ``k - min_key + 1``); built at first use (16 bytes per key:
+        1.2 MB at 1%).
+
+        ``E[k]`` is ``exp(k ln gamma)``. Below the smallest normal float,
+        where the subnormal grid is coarser than a bucket, it is rounded to
+        the grid away from the bucket's values (down for the positive
+        ``(E[k-1], E[k]]``, up for the negative magnitudes ``[E[k-1],
+        E[k])``): a bucket holds only magnitudes within
+        ``[gamma^(k-1), gamma^k]``, and ``log`` stays within one key of
+        the table. ``E[max_key]`` is inf: the top bucket reaches to the
+        largest float.
+
+        Example:
+            >>> edges = DEFAULT_BUCKETS.edges
+            >>> edges[:, -DEFAULT_BUCKETS.min_key + 1].tolist()  # E[0]
+            [1.0, 1.0]
+            >>> bool((edges[:, 1:] >= edges[:, :-1]).all())
+            True
+        """
+        if self._edges is None:
+            keys = np.arange(
+                self.min_key - 1, self.max_key + 1, dtype=np.float64)
+            with np.errstate(over='ignore'):
+                edges = np.exp(np.stack([keys, keys]) / self.multiplier)
+            low = edges[0] < _MIN_NORMAL
+            grid = np.exp(keys[low] / self.multiplier + 1074 * math.log(2))
+            edges[0, low] = np.ldexp(np.floor(grid), -1074)
+            edges[1, low] = np.ldexp(np.ceil(grid), -1074)
+            edges[:, -1] = np.inf
+            self._edges = edges
+        return self._edges
+
+    def _table(self, device: Optional[torch.device] = None):
+        """The edges keys are compared with (``magnitude > table[column +
+        sign * size]``): the positive edges, then the largest float below
+        each negative edge (``>`` there is ``>=`` the edge); a numpy array,
+        or a tensor on ``device`` (copied there once, asynchronously from
+        pinned memory on CUDA)."""
+        table = self._device_edges.get(device)
+        if table is None:
+            table = np.concatenate(
+                [self.edges[0], np.nextafter(self.edges[1], 0.)])
+            if device is not None:
+                host = torch.from_numpy(table)
+                if device.type == 'cuda':
+                    host = host.pin_memory()  # kept alive with the copy
+                    self._device_edges[(device, 'pinned')] = host
+                table = host.to(device, non_blocking=True)
+            self._device_edges[device] = table
+        return table
+
+    def codes(self, values: np.ndarray) -> np.ndarray:
+        """Signed codes of finite float64 ``values`` (0 for zero), exact
+        against :attr:`edges` (the host twin of :meth:`bucket_counts`).
+
+        Example:
+            >>> import numpy as np
+            >>> codes = DEFAULT_BUCKETS.codes(np.array([-1., 1., 2., 0.]))
+            >>> np.sign(codes).tolist()  # zero: code 0
+            [-1, 1, 1, 0]
+            >>> (np.abs(codes[:3]) + DEFAULT_BUCKETS.min_key - 2).tolist()
+            [1, 0, 35]
+        """
+        x = np.asarray(values, dtype=np.float64)
+        mag = np.abs(x)
         with np.errstate(divide='ignore'):
-            keys = np.ceil(np.log(magnitudes) * self.multiplier)
-        return keys.astype(np.int64) - (self.min_key - FIRST)
+            keys = np.ceil(np.log(mag) * self.multiplier - _BIAS)
+        keys = np.clip(keys, self.min_key, self.max_key)
+        column = (keys - (self.min_key - 1)).astype(np.int64)
+        column += (x < 0) * self.edges.shape[1]
+        keys += mag > self._table()[column]
+        codes = keys.astype(np.int64) - (self.min_key - FIRST)
+        return np.sign(x).astype(np.int64) * codes
+
+    def _device_keys(self,
+                     x: torch.Tensor,
+                     sign: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Keys of the finite float64 tensor ``x`` (of sign ``sign``) as
+        :meth:`codes` gives them, on ``x``'s device, without a sync (any
+        key for zero). Float ops only: adding a bool tensor is several
+        times slower on CPU."""
+        sign = x.sign() if sign is None else sign
+        mag = x.abs()
+        keys = mag.log().mul_(self.multiplier).sub_(_BIAS).ceil_().clamp_(
+            self.min_key, self.max_key)
+        # the positive edges' column, or the negative ones' (size after)
+        half = self.edges.shape[1] / 2
+        column = keys.add(half - (self.min_key - 1)).sub_(sign, alpha=half)
+        edge = self._table(x.device).index_select(0, column.long())
+        # keys + 1 where mag > edge
+        return keys.sub_(edge.sub_(mag).sign_().clamp_(max=0))
 
     def _keys(self, codes: np.ndarray) -> np.ndarray:
         """The bucket keys ``k`` of signed codes (as float64)."""
@@ -229,13 +335,15 @@ class LogBuckets:
 
     def magnitude_bounds(self,
                          codes: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """The magnitudes ``(gamma^(k-1), gamma^k]`` each kept signed code
-        counts (the upper one at most the largest float64)."""
-        keys = self._keys(codes)
-        with np.errstate(over='ignore'):
-            top = np.exp(keys / self.multiplier)
-            bottom = np.exp((keys - 1) / self.multiplier)
-        return bottom, np.minimum(top, sys.float_info.max)
+        """The magnitudes ``E[k-1]`` and ``E[k]`` (at most the largest
+        float64) between which each kept signed code counts: positive
+        values in ``(E[k-1], E[k]]``, negative ones in ``(-E[k],
+        -E[k-1]]`` (:attr:`edges`)."""
+        column = self._keys(codes).astype(np.int64) - (self.min_key - 1)
+        row = (np.asarray(codes) < 0).astype(np.int64)
+        edges = self.edges
+        return edges[row, column - 1], np.minimum(edges[row, column],
+                                                  sys.float_info.max)
 
     def representatives(self, codes: np.ndarray) -> np.ndarray:
         """Values of signed codes (NaN for collapsed codes)."""
@@ -262,15 +370,16 @@ class LogBuckets:
         if x.numel() == 0:
             return None
         width, center = self.max_buckets, self.max_buckets + 1
-        key = x.abs().log_().mul_(self.multiplier).ceil_()
+        finite = x.nan_to_num(0., 0., 0.)
+        sign = finite.sign()
+        key = self._device_keys(finite, sign)
         # anchors: keys of the largest finite magnitude of each sign
-        low, high = torch.aminmax(x.nan_to_num(0., 0., 0.))
-        extremes = torch.stack([high, -low])
-        anchors = torch.where(extremes > 0,
-                              extremes.log().mul_(self.multiplier).ceil_(),
-                              torch.full_like(extremes, self.min_key))
+        low, high = torch.aminmax(finite)
+        signed = torch.stack([high, low])
+        anchors = torch.where(
+            torch.stack([high, -low]) > 0, self._device_keys(signed),
+            torch.full_like(signed, self.min_key))
         half = (anchors[0] - anchors[1]) / 2  # exact: integers < 2^53
-        sign = x.sign()
         # slot = center + sign (1 + min(anchor of the sign - key, W));
         # zero: sign 0; NaN / inf: x * 0 is NaN -> the spare last slot
         offset = sign.mul(half).add_(anchors.mean()).sub_(key).clamp_(
@@ -328,8 +437,7 @@ class LogBuckets:
         finite = np.isfinite(x)
         if not finite.all():
             x, seg = x[finite], seg[finite]
-        codes = np.sign(x).astype(np.int64) * self.magnitude_codes(
-            np.where(x == 0, 1., np.abs(x)))
+        codes = self.codes(x)
         span = self.max_key - self.min_key + FIRST + 1  # |code| < span
         flat, counts = np.unique(
             seg * (2 * span) + codes + span, return_counts=True)

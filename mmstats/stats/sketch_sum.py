@@ -10,7 +10,7 @@ rank) :func:`layout` gives each name a dense block::
      collapsed positive | positive keys]
 
 covering the keys between the name's extreme magnitudes (plus one bucket of
-margin each side, for an ulp of ``log`` between host and device), at most
+margin each side), at most
 ``max_buckets`` per sign, and at most ``max_total`` for all names (a level
 that caps the widest sides, the same on every rank). A rank adds its sparse
 counts into the blocks; the SUM is exact (integers < 2^53).
@@ -57,23 +57,26 @@ def layout(low: np.ndarray,
         >>> low, high = np.array([1., -2.]), np.array([4., -1.])
         >>> _, neg_count, _, pos_count, offsets = layout(low, high)
         >>> neg_count.tolist(), pos_count.tolist()  # keys + margins
-        ([0, 38], [73, 0])
+        ([0, 37], [73, 0])
         >>> offsets.tolist()  # each block: neg_count + 3 + pos_count
-        [0, 76, 117]
+        [0, 76, 116]
     """
     has = high >= low
-    code = buckets.magnitude_codes
     top_code = buckets.max_key - buckets.min_key + FIRST
     with np.errstate(invalid='ignore'):
         pos = has & (high > 0)
         neg = has & (low < 0)
         one = np.ones_like(low)
+
+        def code(values: np.ndarray) -> np.ndarray:  # magnitude codes
+            return np.abs(buckets.codes(values))
+
         pos_top = np.minimum(code(np.where(pos, high, one)) + 1, top_code)
         pos_low = np.where(pos & (low > 0),
                            code(np.where(pos, low, one)) - 1, FIRST)
-        neg_top = np.minimum(code(np.where(neg, -low, one)) + 1, top_code)
+        neg_top = np.minimum(code(np.where(neg, low, -one)) + 1, top_code)
         neg_low = np.where(neg & (high < 0),
-                           code(np.where(neg, -high, one)) - 1, FIRST)
+                           code(np.where(neg, high, -one)) - 1, FIRST)
     need = np.concatenate([
         np.where(pos, pos_top - np.maximum(pos_low, FIRST) + 1, 0),
         np.where(neg, neg_top - np.maximum(neg_low, FIRST) + 1, 0)

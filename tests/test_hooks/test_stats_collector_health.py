@@ -30,11 +30,23 @@ SPIKE_AT = 15  # runner.iter of the planted spike: published at step 16
 FACTOR, WINDOW = 4., 20  # the hook's defaults
 
 
+def on_edges(rank, iteration):
+    """16 values on histogram bucket edges or one ulp beside them: -1, 1
+    and an edge ``E[k]`` chosen by rank and iteration (0.0025 to 380), each
+    of both signs, and -2, 0.5, 2, 3."""
+    k = (37 * iteration + 101 * rank) % 600 - 300
+    edge = DEFAULT_BUCKETS.edges[0, k - DEFAULT_BUCKETS.min_key + 1]
+    v = np.array([1., edge])
+    v = np.concatenate([v, np.nextafter(v, 0.), np.nextafter(v, np.inf)])
+    return np.concatenate([v, -v, [-2., 0.5, 2., 3.]])
+
+
 @ROOT_HOOKS.register_module(force=True)
 class PlantHook(Hook):
     """Keep every loss of this rank (times ``scale`` at ``spike_at`` on
-    ``spike_rank``) and, with ``spread``, report and keep 32 values of
-    wide magnitudes, both signs and zeros under ``spread``."""
+    ``spike_rank``) and, with ``spread``, report and keep 48 values under
+    ``spread``: 32 of wide magnitudes, both signs and zeros, and 16 on
+    bucket edges (:func:`on_edges`)."""
     priority = 'ABOVE_NORMAL'  # before StatsCollectorHook reports outputs
 
     def __init__(self,
@@ -63,6 +75,7 @@ class PlantHook(Hook):
             x = torch.randn(32, generator=gen, dtype=torch.float64)
             x *= 10.**torch.randint(-3, 4, (32, ), generator=gen)
             x[::8] = 0.
+            x = torch.cat([x, torch.from_numpy(on_edges(rank, runner.iter))])
             self.spreads.append(x.numpy().copy())
             report('spread', x)
 

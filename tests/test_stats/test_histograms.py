@@ -94,3 +94,94 @@ def test_numpy_form_is_what_numpy_histogram_returns():
         np.bincount(
             np.searchsorted(edges[1:], inner, side='left'),
             minlength=len(counts)))
+
+
+def _edge_values(buckets, keys):
+    """Both signs of the edges ``E[k]`` of ``keys``, each one ulp below and
+    above, and the values users meet on edges or near them (-1, 0.5, 2,
+    integers, the extreme floats)."""
+    column = keys - buckets.min_key + 1
+    edges = np.concatenate(
+        [buckets.edges[0, column], buckets.edges[1, column]])
+    edges = edges[np.isfinite(edges) & (edges > 0)]
+    near = np.concatenate([
+        edges,
+        np.nextafter(edges, 0.),
+        np.nextafter(edges, np.inf), [0.5, 2., 5e-324, 2.0**-1022, 1e150],
+        np.arange(1., 11.)
+    ])
+    near = near[np.isfinite(near) & (near > 0)]
+    return np.concatenate([near, -near, [0., -0.]])
+
+
+def _both_kernels(x, buckets):
+    """The device kernel's and the host kernel's histogram of ``x``."""
+    finite = x[np.isfinite(x)]
+    args = (finite.size, finite.mean(), finite.std(), finite.min(),
+            finite.max(), 10**6, buckets)
+    host = buckets.group_bucket_counts(x, np.zeros(x.size, np.int64), 1)[0]
+    return [
+        sketch_histogram(bucket_counts(torch.from_numpy(x), buckets), *args),
+        sketch_histogram(host, *args)
+    ]
+
+
+@pytest.mark.parametrize('keys', ['around_one', 'every_decade'])
+def test_values_on_edges_and_one_ulp_beside_count_in_their_bucket(keys):
+    """Every value exactly on a written limit, or one ulp either side of
+    one, of both signs, is counted in ``(limit[i-1], limit[i]]`` (the
+    device and the host kernels): -1 in the bucket ending at -1, 1 in the
+    one ending at 1, 1 + ulp in the next."""
+    buckets = LogBuckets(max_buckets=80000)  # nothing collapses
+    if keys == 'around_one':
+        keys = np.arange(-200, 201)
+    else:  # subnormals to 1e150 (the sums of squares stay finite)
+        top = int(np.log(1e150) * buckets.multiplier)
+        keys = np.arange(buckets.min_key, top, 57)
+    x = _edge_values(buckets, keys)
+    for hist in _both_kernels(x, buckets):
+        _check(hist, x)
+        on_limits = x[np.isin(x, hist.bucket_limits)]
+        assert on_limits.size > 0.3 * x.size  # values on the edges
+        assert {-1., 1., 0.} <= set(on_limits.tolist())
+
+
+def test_minus_one_is_counted_where_its_limit_says():
+    """-2, -1, 0, 1: -1.0 is a bucket limit, and its bucket
+    ``(limit[i-1], -1.0]`` holds it."""
+    x = np.array([-2., -1., 0., 1.])
+    hist = _histogram(x)
+    _check(hist, x)
+    limits = hist.bucket_limits.tolist()
+    i = limits.index(-1.)
+    assert hist.bucket_counts[i] == 1 and limits[i - 1] < -1.
+    assert hist.bucket_counts[limits.index(1.)] == 1
+    assert hist.bucket_counts[limits.index(0.)] == 1
+
+
+@pytest.mark.parametrize('sign', [1., -1.])
+def test_keys_are_exact_against_the_edge_table(sign):
+    """The device and host keys equal the table's definition for magnitudes
+    on every edge and one ulp beside it: positive values in
+    ``(E[k-1], E[k]]``, negative magnitudes in ``[E[k-1], E[k])``."""
+    buckets = DEFAULT_BUCKETS
+    table = buckets.edges[0 if sign > 0 else 1]
+    edges = table[np.isfinite(table) & (table > 0)]
+    mags = np.unique(
+        np.concatenate(
+            [edges,
+             np.nextafter(edges, 0.),
+             np.nextafter(edges, np.inf)]))
+    mags = mags[np.isfinite(mags) & (mags > 0)]
+    side = 'left' if sign > 0 else 'right'
+    want = np.searchsorted(table, mags, side=side) + buckets.min_key - 1
+    host = np.abs(buckets.codes(sign * mags)) + buckets.min_key - 2
+    np.testing.assert_array_equal(host, want)
+    device = buckets._device_keys(torch.from_numpy(sign * mags))
+    np.testing.assert_array_equal(device.numpy(), want)
+    # a bucket's values lie within [gamma^(k-1), gamma^k] (alpha holds)
+    with np.errstate(over='ignore'):
+        lower = np.exp((want - 1) / buckets.multiplier)
+        upper = np.exp(want / buckets.multiplier)
+    assert (mags >= lower * (1 - 1e-12)).all()
+    assert (mags <= upper * (1 + 1e-12)).all()
