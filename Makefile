@@ -1,10 +1,17 @@
 # Quick start: `make demo` trains the demo, `make test` runs the test suite.
-# Both create ./.venv (override with VENV=...) and install what they need,
-# with torch pinned by requirements/constraints.txt.
+# Both use ./.venv (override with VENV=...), with torch and the rest pinned by
+# requirements/constraints.txt. `make demo` installs mmstats, the demo and
+# what they import (requirements/runtime.txt, demo.txt) and nothing else;
+# `make test`, `make lint` and `make docs` add the tests', linters' and
+# docs' tools (requirements/tests.txt) to the same environment.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip install --quiet -c requirements/constraints.txt
+# --no-compile: Python compiles what it imports when it first imports it;
+# compiling every file of torch, scipy and sympy at install time costs more
+# than the whole demo run.
+PIP := $(PY) -m pip install --quiet --no-compile -c requirements/constraints.txt
+DEPS := setup.py projects/digits_demo/setup.py requirements/*.txt
 CONFIG ?= projects/digits_demo/configs/demo/resnet-mini_1xb64-precise-bn-stats_digits.py
 WORK_DIR ?= work_dirs/demo
 LINT_PATHS := mmstats tools tests projects setup.py
@@ -15,16 +22,29 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadg
 
 .PHONY: install demo test test-quick test-gpu lint docs benchmark clean
 
-$(VENV)/.installed: setup.py projects/digits_demo/setup.py requirements/*.txt
+# The demo's environment: the pinned requirements first, then mmstats and
+# the demo as editable packages (their requirements are those files; no
+# isolated build environment to set up for them).
+$(VENV)/.installed-demo: $(DEPS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PIP) -e '.[tests,lint,docs]' -e projects/digits_demo
+	$(PIP) -r requirements/runtime.txt -r requirements/demo.txt
+	$(PIP) --no-deps --no-build-isolation -e . -e projects/digits_demo
+	touch $@
+
+# The development environment: the demo's plus pytest, DeepSpeed, W&B
+# (the tests), flake8/isort/yapf and Sphinx.
+$(VENV)/.installed: $(VENV)/.installed-demo
+	$(PIP) -r requirements/tests.txt
 	touch $@
 
 install: $(VENV)/.installed
 
-demo: install
-	$(PY) tools/train.py $(CONFIG) --work-dir $(WORK_DIR)
+# One torch thread: the demo's model is small, and on a busy 2-core machine
+# torch's default (a thread per core) waits on the other load (257 s against
+# 47 s for the same run at load average 6). OMP_NUM_THREADS=N overrides it.
+OMP_NUM_THREADS ?= 1
+demo: $(VENV)/.installed-demo
+	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(PY) tools/train.py $(CONFIG) --work-dir $(WORK_DIR)
 
 # Everything (CI): single-process tests on $(TEST_WORKERS) workers, the
 # gloo-rank tests on one of them (one pool of ranks for the session).

@@ -5,8 +5,8 @@ The distribution is named ``mmengine-stats`` (``pip install
 mmengine-stats``); the import name is ``mmstats`` (the PyPI name
 ``mmstats`` belongs to an unrelated project). Core requirements are only
 what ``import mmstats`` needs (torch, mmengine, numpy). Extras: ``demo``
-(projects/digits_demo and the plots), ``tests``, ``lint``, ``docs``,
-``benchmarks``.
+(projects/digits_demo, the plots and TensorBoard), ``deepspeed``
+(DeepSpeedStrategy), ``tests``, ``lint``, ``docs``, ``benchmarks``.
 """
 import os
 
@@ -47,6 +47,7 @@ setup(
     install_requires=read_requirements('runtime.txt'),
     extras_require=dict(
         demo=read_requirements('demo.txt'),
+        deepspeed=read_requirements('deepspeed.txt'),
         tests=read_requirements('tests.txt'),
         lint=read_requirements('lint.txt'),
         docs=read_requirements('docs.txt'),

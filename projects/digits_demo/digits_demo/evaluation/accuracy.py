@@ -14,7 +14,9 @@ class Accuracy(BaseMetric):
     :class:`digits_demo.models.ImageClassifier`.
     """
 
-    default_prefix = None
+    # metric keys stay 'accuracy' ('' rather than None: no prefix, and no
+    # warning from BaseMetric about a missing one)
+    default_prefix = ''
 
     def process(self, data_batch, data_samples: Sequence[dict]) -> None:
         for sample in data_samples:
