@@ -230,7 +230,6 @@ class ModuleStatsHook(Hook):
         ``optimizer_state`` under DeepSpeed); take the publication rule:
         StatsCollectorHook's, or without one LoggerHook's lines."""
         refuse_unchecked_strategy(runner, OWNER)
-        refuse_second_instance(OWNER, runner.hooks, ModuleStatsHook)
         if self.optimizer_state and type(getattr(
                 runner, 'strategy', None)).__name__ == 'DeepSpeedStrategy':
             raise RuntimeError(
@@ -238,6 +237,7 @@ class ModuleStatsHook(Hook):
                 "under DeepSpeedStrategy (DeepSpeed keeps the optimizer's "
                 'state in its own partitions, which mmstats does not read); '
                 'set optimizer_state=False')
+        refuse_second_instance(OWNER, runner.hooks, ModuleStatsHook)
         self._collector_hook = find_hook(runner, StatsCollectorHook)
         self._schedule = None
         if self._collector_hook is None:
