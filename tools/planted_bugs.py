@@ -336,15 +336,11 @@ BUGS = [
     Bug('S9', 'an FSDP1 NO_SHARD flat parameter counted on every rank',
         'mmstats/sharding.py',
         'counted = handle.uses_sharded_strategy or rank == 0',
-        'counted = True',
-        ('tests/test_sharded.py::test_flexible_runner[fsdp_noshard]', )),
+        'counted = True', ('tests/test_sharded.py', )),
     Bug('S10', 'a replicated parameter outside the shards counted on every '
         'rank', 'mmstats/sharding.py',
         '_plain_part(m, p, rank == 0 or not self.sharded)',
-        '_plain_part(m, p, True)',
-        ('tests/test_sharded.py::test_flexible_runner[fsdp_flat]',
-         'tests/test_sharded.py::test_flexible_runner[zero1]',
-         'tests/test_sharded.py::test_flexible_runner[zero2]')),
+        '_plain_part(m, p, True)', ('tests/test_sharded.py', )),
     Bug(
         'AM1', 'the keyword check installed under the wrong name (a '
         'misspelt keyword reaches __init__ unanswered)',
