@@ -15,6 +15,8 @@ from mmengine.registry import HOOKS, DefaultScope
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 PACKAGES = {'mmpretrain': 'mmpretrain', 'mmdet': 'mmdet', 'mmseg': 'mmseg'}
+HEALTH_CONFIG = ('projects/digits_demo/configs/health/'
+                 'resnet-mini_1xb64-health_digits.py')
 
 
 def config_snippets() -> list:
@@ -94,23 +96,28 @@ def test_readme_mmpretrain_snippet_builds_a_runner(tmp_path, clean_mmengine):
             for t in types), types
 
 
-def test_readme_training_health_snippets_build_their_hooks(tmp_path):
-    """The "Training health" configs load and build every hook they name
-    (argument checks run when a hook is built)."""
+def test_readme_training_health_is_the_config_file_and_builds(tmp_path):
+    """The "Training health" section shows one config: the file
+    ``projects/digits_demo/configs/health/...`` from ``_base_`` on, as is;
+    it loads and builds every hook it names (argument checks run when a
+    hook is built), with TensorBoard among the visualizer's backends."""
     with open(osp.join(ROOT, 'README.md')) as f:
         text = f.read()
     section = text.split('\n## Training health\n')[1].split('\n## ')[0]
     snippets = re.findall(r'```python\n(.*?)```', section, re.S)
-    assert len(snippets) == 2
-    built = []
-    for i, snippet in enumerate(snippets):
-        path = tmp_path / f'health{i}.py'
-        path.write_text(snippet)
-        cfg = Config.fromfile(str(path))
-        built += [
-            type(HOOKS.build(dict(hook))).__name__ for hook in cfg.custom_hooks
-        ]
-    assert built == [
-        'StatsCollectorHook', 'ThroughputHook', 'StatsCollectorHook',
-        'ModuleStatsHook'
+    assert len(snippets) == 1
+    path = osp.join(ROOT, HEALTH_CONFIG)
+    assert HEALTH_CONFIG in section
+    with open(path) as f:
+        source = f.read()
+    assert snippets[0] == source[source.index('_base_ = '):]
+    cfg = Config.fromfile(path)
+    built = [
+        type(HOOKS.build(dict(hook))).__name__ for hook in cfg.custom_hooks
     ]
+    assert built == [
+        'PreciseBNHook', 'StatsCollectorHook', 'ModuleStatsHook',
+        'ThroughputHook'
+    ]
+    backends = [b['type'] for b in cfg.visualizer['vis_backends']]
+    assert backends == ['LocalVisBackend', 'TensorboardVisBackend']
