@@ -5,9 +5,14 @@ import doctest
 import importlib
 import pathlib
 
+import mmengine.runner  # noqa: F401  (see below)
 import pytest
 
 import mmstats
+
+# mmengine.runner is imported before the examples run: an installed
+# DeepSpeed, which it imports, logs a line to stdout that must not fall
+# into the output of the first example importing it.
 
 ROOT = pathlib.Path(mmstats.__file__).parent
 # Modules that run when imported (opt-in ``custom_imports`` targets): their

@@ -46,20 +46,21 @@ in ``before_train`` and run eagerly even inside a compiled ``train_step``
 (``torch.compiler.disable``: dynamo breaks the graph there and guards on
 nothing of them).
 """
+from __future__ import annotations
 import difflib
 import functools
 import itertools
 import math
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional,
+                    Sequence, Tuple, Union)
 
 import torch
 from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper, OptimWrapperDict
-from mmengine.runner import EpochBasedTrainLoop, Runner
 from torch import Tensor, nn
 from torch.fx.node import has_side_effect
 
@@ -74,6 +75,9 @@ from mmstats.utils.args import (check_bool, check_keywords, check_names,
 from .schedule import PublicationSchedule, find_hook
 from .stats_collector_hook import StatsCollectorHook
 from .strategies import refuse_unchecked_strategy
+
+if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
+    from mmengine.runner import Runner
 
 __all__ = [
     'ModuleStatsHook', 'MODULE_STATS', 'ActivationProbes', 'StepProbe',
@@ -588,6 +592,7 @@ def _last_step_before_publication(runner: Runner, batch_idx: int,
     """
     if not optim_wrapper.should_sync():  # no step in this iteration
         return False
+    from mmengine.runner import EpochBasedTrainLoop
     counts = optim_wrapper._accumulative_counts
     if isinstance(runner.train_loop, EpochBasedTrainLoop):
         last = len(runner.train_dataloader) - 1  # always publishes

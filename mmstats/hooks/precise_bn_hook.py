@@ -2,16 +2,16 @@
 """PreciseBNHook: a thin mmengine hook around :func:`update_bn_stats`,
 with what only it needs: its argument checks, its own loader, the lines it
 logs and its message-hub keys (kept out of checkpoints)."""
+from __future__ import annotations
 import copy
 import logging
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 import torch
 from mmengine.dataset import DefaultSampler
 from mmengine.hooks import EMAHook, Hook
 from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper
-from mmengine.runner import EpochBasedTrainLoop, Runner
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader
 
@@ -22,6 +22,9 @@ from mmstats.utils.args import (check_bool, check_keywords, check_positive_int,
                                 refuse_second_instance)
 from .schedule import PublicationSchedule, find_hook
 from .strategies import refuse_unchecked_strategy
+
+if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
+    from mmengine.runner import Runner
 
 __all__ = ['PreciseBNHook', 'VAR_CHANGE', 'EMA_VAR_CHANGE', 'HUB_KEYS']
 
@@ -144,6 +147,7 @@ class PreciseBNHook(Hook):
         """Decide this run's schedule (``by_epoch=None`` follows the loop),
         whether the model has BN layers to recompute, and build the
         hook's own loader."""
+        from mmengine.runner import EpochBasedTrainLoop
         self.by_epoch = self._by_epoch
         if self._by_epoch is None:
             self.by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
@@ -285,6 +289,7 @@ class PreciseBNHook(Hook):
     def _build_loader(self, runner: Runner) -> DataLoader:
         """The precise-BN loader: never the training loader itself."""
         if self.dataloader_cfg is not None:
+            from mmengine.runner import Runner
             cfg = copy.deepcopy(self.dataloader_cfg)
             cfg.setdefault('persistent_workers', cfg.get('num_workers', 0) > 0)
             try:

@@ -9,10 +9,13 @@ line always shows the statistics of the iterations it covers (see
 ``docs/logging.md``); ModuleStatsHook arms its probes on the same
 iterations, PreciseBNHook puts its values on the line LoggerHook writes.
 """
-from typing import Optional, Type, TypeVar
+from __future__ import annotations
+from typing import TYPE_CHECKING, Optional, Type, TypeVar
 
 from mmengine.hooks import Hook, LoggerHook
-from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
+
+if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
+    from mmengine.runner import Runner
 
 __all__ = ['DEFAULT_INTERVAL', 'find_hook', 'PublicationSchedule']
 
@@ -120,6 +123,7 @@ class PublicationSchedule:
     def ends_epoch(runner: Runner, batch_idx: int) -> bool:
         """Whether training iteration ``batch_idx`` is the last of an epoch
         (``EpochBasedTrainLoop`` only)."""
+        from mmengine.runner import EpochBasedTrainLoop
         return (isinstance(runner.train_loop, EpochBasedTrainLoop)
                 and _HOOK.end_of_epoch(runner.train_dataloader, batch_idx))
 
@@ -129,6 +133,7 @@ class PublicationSchedule:
         ``IterBasedTrainLoop`` run: ``Hook.is_last_train_iter`` for any
         iteration, not only ``runner.iter`` (``batch_idx`` is the global
         iteration there)."""
+        from mmengine.runner import IterBasedTrainLoop
         return (isinstance(runner.train_loop, IterBasedTrainLoop)
                 and batch_idx + 1 == runner.max_iters)
 

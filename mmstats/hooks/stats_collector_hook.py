@@ -2,16 +2,16 @@
 """StatsCollectorHook: publish what :func:`mmstats.report` recorded, with
 its argument checks (config mistakes fail when the hook is built, naming
 the argument and the fix) and what it tells LoggerHook's LogProcessor."""
+from __future__ import annotations
 import math
 import numbers
 import re
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.logging import HistoryBuffer, MessageHub, print_log
-from mmengine.runner import Runner
 from mmengine.visualization import TensorboardVisBackend, WandbVisBackend
 from torch.utils.data import DataLoader
 
@@ -32,6 +32,9 @@ from mmstats.utils.args import (check_bool, check_choice, check_keywords,
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .text_line import write_text_line
+
+if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
+    from mmengine.runner import Runner
 
 __all__ = ['StatsCollectorHook']
 

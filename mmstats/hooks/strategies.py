@@ -7,7 +7,11 @@ Every strategy whose numbers were checked (``DDPStrategy``,
 is refused at ``before_run`` rather than publishing per-shard or missing
 numbers.
 """
-from mmengine.runner import Runner
+from __future__ import annotations
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
+    from mmengine.runner import Runner
 
 __all__ = ['refuse_unchecked_strategy']
 

@@ -4,11 +4,14 @@ in the message hub, and LogProcessor told to show it as it is.
 
 Shared by StatsCollectorHook and ThroughputHook.
 """
+from __future__ import annotations
 import re
-from typing import Any, Dict, Optional, Set
+from typing import TYPE_CHECKING, Any, Dict, Optional, Set
 
 from mmengine.logging import HistoryBuffer, MessageHub
-from mmengine.runner import LogProcessor
+
+if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
+    from mmengine.runner import LogProcessor
 
 __all__ = ['hub_latest', 'log_current_value', 'write_text_line']
 
@@ -81,6 +84,7 @@ def write_text_line(runner: Any,
         >>> runner.log_processor.custom_cfg  # LogProcessor's own key
         [{'data_src': 'loss/max', 'method_name': 'current'}]
     """
+    from mmengine.runner import LogProcessor
     hub = runner.message_hub
     processor = getattr(runner, 'log_processor', None)
     keys = {f'{mode}/{key}' for key in text}

@@ -2,14 +2,14 @@
 """ThroughputHook: peak memory, samples per second, FLOP/s and MFU over
 all ranks, published where the training statistics are
 (``docs/throughput.md``)."""
+from __future__ import annotations
 import numbers
 from time import perf_counter
-from typing import Dict, Optional, Union
+from typing import TYPE_CHECKING, Dict, Optional, Union
 
 import torch
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.runner import Runner
 
 from mmstats.dist import host_group
 from mmstats.flops import IterationFlops
@@ -22,6 +22,9 @@ from mmstats.utils.args import (check_bool, check_keywords, check_log_interval,
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .text_line import write_text_line
+
+if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
+    from mmengine.runner import Runner
 
 __all__ = ['ThroughputHook']
 
