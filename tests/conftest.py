@@ -10,16 +10,26 @@ Markers (set automatically, see :func:`pytest_collection_modifyitems`):
 ``make test-quick`` runs ``-m "not dist and not runner and not slow"``.
 With pytest-xdist's ``--dist loadgroup`` every ``dist`` test goes to the
 same worker, so one set of rank pools serves them all.
+
+torch.compile's inductor cache is the suite's own directory
+(:mod:`tests.helpers.compile_cache`), set here before anything compiles:
+rank processes, subprocesses and xdist workers inherit it. A
+``TORCHINDUCTOR_CACHE_DIR`` set by the user is used as it is.
 """
+import os
 import os.path as osp
 import types
 
 import pytest
 
 from mmstats.stats import reporting
+from tests.helpers.compile_cache import (close_cache, open_cache,
+                                         suite_cache_dir)
 from tests.helpers.runner import clear_mmengine_singletons
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+INDUCTOR_CACHE = suite_cache_dir()
+os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', INDUCTOR_CACHE)
 _TEST_DIRS = (osp.join(ROOT, 'tests'), osp.join(ROOT, 'projects'))
 # marker -> names whose use (in the test or a test helper it calls) sets it
 _MARKER_NAMES = {
@@ -36,6 +46,23 @@ def pytest_configure(config):
         ('slow', 'starts Python subprocesses or compiles (torch.compile)'),
     ):
         config.addinivalue_line('markers', f'{name}: {doc}')
+    if os.environ['TORCHINDUCTOR_CACHE_DIR'] == INDUCTOR_CACHE:
+        config._inductor_cache = open_cache(INDUCTOR_CACHE)
+
+
+def pytest_report_header(config):
+    session = getattr(config, '_inductor_cache', None)
+    cleaned = f' ({session.cleaned})' if session is not None else ''
+    return f"inductor cache: {os.environ['TORCHINDUCTOR_CACHE_DIR']}{cleaned}"
+
+
+def pytest_unconfigure(config):
+    """Leave the inductor cache: marked finished unless the session was
+    interrupted (a compile may have been cut short)."""
+    session = getattr(config, '_inductor_cache', None)
+    if session is not None:
+        close_cache(
+            session, finished=getattr(config, '_inductor_finished', False))
 
 
 def _names_used(func, seen) -> set:
@@ -80,6 +107,8 @@ def pytest_sessionfinish(session, exitstatus):
     """No run is green by running nothing: an empty selection (pytest's
     exit code 5, with or without xdist) fails with exit code 1 and says
     why."""
+    session.config._inductor_finished = (
+        exitstatus != pytest.ExitCode.INTERRUPTED)
     if hasattr(session.config, 'workerinput'):  # an xdist worker
         return
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:

@@ -1,0 +1,143 @@
+"""The suite's own inductor cache (tests/helpers/compile_cache.py): a
+zero-byte ``.so`` left by a killed compile poisons the next run of a real
+``torch.compile`` and is removed when a session starts; a session that did
+not finish empties the cache for the next; a live session's cache is left
+alone; this session compiles into the suite's directory."""
+import os
+import os.path as osp
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.helpers.compile_cache import (MARKERS, close_cache, complete_elf,
+                                         incomplete_binaries, open_cache,
+                                         suite_cache_dir)
+
+COMPILE = textwrap.dedent("""
+    import torch
+
+    @torch.compile
+    def f(x):
+        return (x.sin() * 2 + 1).sum()
+
+    print('result', float(f(torch.ones(8))))
+    """)
+
+
+def _compile(cache: str) -> subprocess.CompletedProcess:
+    """A fresh interpreter compiling a small function into ``cache``."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+    return subprocess.run([sys.executable, '-c', COMPILE],
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
+
+
+def _binaries(cache):
+    return sorted(
+        osp.join(root, name) for root, _, names in os.walk(cache)
+        for name in names if name.endswith('.so'))
+
+
+def test_a_zero_byte_so_from_a_killed_compile_is_removed(tmp_path):
+    cache = str(tmp_path / 'inductor')
+    first = _compile(cache)
+    assert first.returncode == 0, first.stderr
+    binaries = _binaries(cache)
+    assert binaries and all(complete_elf(p) for p in binaries)
+    assert incomplete_binaries(cache) == []
+    # the kernel's library (the others: inductor's probes of the CPU's
+    # vector instructions), as a compiler killed while writing leaves it
+    kernel = max(binaries, key=osp.getsize)
+    open(kernel, 'w').close()
+    poisoned = _compile(cache)
+    assert poisoned.returncode != 0
+    assert f'{kernel}: file too short' in poisoned.stderr
+    assert incomplete_binaries(cache) == [kernel]
+    session = open_cache(cache)  # alone, no unfinished session
+    assert session.cleaned == 'removed 1 incomplete binary'
+    close_cache(session, finished=True)
+    again = _compile(cache)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == first.stdout.split()
+    assert first.stdout.split() == ['result', '21.46353530883789']
+    assert complete_elf(kernel) and incomplete_binaries(cache) == []
+
+
+def _plant(cache, name='fxgraph/entry'):
+    path = osp.join(cache, name)
+    os.makedirs(osp.dirname(path), exist_ok=True)
+    open(path, 'w').close()
+    return path
+
+
+def test_an_unfinished_session_empties_the_cache_for_the_next(tmp_path):
+    cache = str(tmp_path)
+    killed = open_cache(cache)
+    entry = _plant(cache)
+    killed.lock.close()  # the process died: its marker stays
+    assert os.listdir(osp.join(cache,
+                               MARKERS)) == [osp.basename(killed.marker)]
+    session = open_cache(cache)
+    assert session.cleaned.startswith('wiped: 1 earlier')
+    assert not osp.exists(entry)
+    assert os.listdir(osp.join(cache,
+                               MARKERS)) == [osp.basename(session.marker)]
+    entry = _plant(cache)
+    close_cache(session, finished=True)
+    assert os.listdir(osp.join(cache, MARKERS)) == []
+    session = open_cache(cache)  # a finished session: the cache is kept
+    assert session.cleaned == 'kept' and osp.exists(entry)
+    close_cache(session, finished=False)  # interrupted (Ctrl-C)
+    session = open_cache(cache)
+    assert session.cleaned.startswith('wiped') and not osp.exists(entry)
+    close_cache(session, finished=True)
+
+
+def test_a_live_session_keeps_its_cache(tmp_path):
+    """A session starting beside a live one (its own open of the lock
+    file: flock conflicts as between processes) removes nothing; the next
+    session alone cleans up what the dead one left."""
+    cache = str(tmp_path)
+    dead = open_cache(cache)
+    dead.lock.close()
+    live = open_cache(cache)  # alone: wipes after the dead one
+    assert live.cleaned.startswith('wiped')
+    dead = open_cache(cache)  # beside the live one
+    assert dead.cleaned == 'shared with a live session'
+    dead.lock.close()  # dies
+    half = _plant(cache, 'ab/cabc.so')  # a compile in progress
+    beside = open_cache(cache)
+    assert beside.cleaned == 'shared with a live session'
+    assert osp.exists(half)
+    close_cache(beside, finished=True)
+    close_cache(live, finished=True)
+    after = open_cache(cache)
+    assert after.cleaned.startswith('wiped: 1 earlier')
+    assert not osp.exists(half)
+    close_cache(after, finished=True)
+
+
+def test_truncated_binaries_are_incomplete(tmp_path):
+    """A real shared library, cut anywhere, is not a complete ELF file;
+    whole, it is."""
+    import torch
+    library = osp.join(osp.dirname(torch.__file__), 'lib', 'libc10.so')
+    data = open(library, 'rb').read()
+    path = str(tmp_path / 'x.so')
+    for size in (len(data), len(data) - 1, len(data) // 2, 64, 4, 0):
+        with open(path, 'wb') as f:
+            f.write(data[:size])
+        assert complete_elf(path) == (size == len(data)), size
+
+
+def test_this_session_compiles_into_the_suites_cache():
+    if os.environ.get('TORCHINDUCTOR_CACHE_DIR') != suite_cache_dir():
+        pytest.skip('TORCHINDUCTOR_CACHE_DIR set by the user')
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    assert cache_dir() == suite_cache_dir()
+    markers = os.listdir(osp.join(suite_cache_dir(), MARKERS))
+    assert any(m.startswith(f'{os.getpid()}-') for m in markers)
