@@ -84,7 +84,7 @@ def _calling_setup_launcher(original):
 
     @functools.wraps(original)
     def from_cfg(cls, cfg):
-        setup_launcher(cfg)
+        setup_launcher(cfg, runner_type=cls)
         return original(cls, cfg)
 
     setattr(from_cfg, _MARK, True)

@@ -113,8 +113,6 @@ def no_buffer_sync_kwargs() -> dict:
 
 #: strategies whose model wrapper needs a process group even on one process
 SHARDING_STRATEGIES = ('FSDPStrategy', 'DeepSpeedStrategy')
-#: runner types that build their model through ``cfg.strategy``
-FLEXIBLE_RUNNERS = ('FlexibleRunner', )
 
 
 def _type_name(cfg: dict) -> str:
@@ -128,7 +126,27 @@ def _base_name(type_name: str) -> str:
     return type_name.rpartition('.')[2]
 
 
-def check_runner_type(cfg: 'Union[Config, dict]') -> None:
+def is_flexible_runner(runner_type: Any) -> bool:
+    """Whether ``runner_type`` (a config's: a registered name or a class)
+    is mmengine's ``FlexibleRunner`` or a subclass of it, the runners that
+    build their model through ``cfg.strategy``.
+
+    Example:
+        >>> is_flexible_runner('FlexibleRunner'), is_flexible_runner(None)
+        (True, False)
+    """
+    if runner_type is None:
+        return False
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import FlexibleRunner
+    runner_cls = RUNNERS.get(runner_type) if isinstance(runner_type,
+                                                        str) else runner_type
+    return isinstance(runner_cls, type) and issubclass(runner_cls,
+                                                       FlexibleRunner)
+
+
+def check_runner_type(cfg: 'Union[Config, dict]',
+                      runner_type: Any = None) -> None:
     """Refuse a config whose ``strategy`` its runner would ignore.
 
     mmengine's ``Runner`` has no strategies: ``Runner.from_cfg`` drops
@@ -137,9 +155,11 @@ def check_runner_type(cfg: 'Union[Config, dict]') -> None:
 
     Args:
         cfg (Config | dict): The config.
+        runner_type (str | type, optional): The runner that will be built
+            from it. Defaults to ``cfg.runner_type``.
 
     Raises:
-        ValueError: ``strategy`` is set and ``runner_type`` is not a
+        ValueError: ``strategy`` is set and the runner is not a
             FlexibleRunner.
 
     Example:
@@ -151,12 +171,9 @@ def check_runner_type(cfg: 'Union[Config, dict]') -> None:
         ValueError: the config sets strategy=FSDPStrategy but runner_type ...
     """
     strategy = cfg.get('strategy')
-    if strategy is None:
-        return
-    runner_type = cfg.get('runner_type')
-    name = runner_type if isinstance(runner_type, str) else getattr(
-        runner_type, '__name__', None)
-    if name is not None and _base_name(name) in FLEXIBLE_RUNNERS:
+    if runner_type is None:
+        runner_type = cfg.get('runner_type')
+    if strategy is None or is_flexible_runner(runner_type):
         return
     shown = _type_name(strategy) if isinstance(strategy, dict) else strategy
     raise ValueError(
@@ -223,9 +240,10 @@ def _cpu_strategy(cfg: 'Union[Config, dict]') -> None:
         elif _base_name(_type_name(wrapper)) == 'MMDistributedDataParallel':
             wrapper.setdefault('device_ids', None)
     elif name == 'FSDPStrategy':
-        wrapper = strategy.setdefault('model_wrapper',
-                                      dict(type='MMFullyShardedDataParallel'))
-        wrapper.setdefault('device_id', 'cpu')
+        # a Config copies what setdefault stores: set, then read back
+        strategy.setdefault('model_wrapper',
+                            dict(type='MMFullyShardedDataParallel'))
+        strategy['model_wrapper'].setdefault('device_id', 'cpu')
     elif name == 'DeepSpeedStrategy':
         os.environ.setdefault('DS_ACCELERATOR', 'cpu')
         import deepspeed
@@ -296,7 +314,8 @@ def _check_resume(cfg: 'Union[Config, dict]') -> None:
             '(configs/_base_/strategies/fsdp2.py), which resumes.')
 
 
-def setup_launcher(cfg: 'Union[Config, dict]') -> None:
+def setup_launcher(cfg: 'Union[Config, dict]',
+                   runner_type: Any = None) -> None:
     """Prepare ``cfg`` (an mmengine Config) for its ``cfg.launcher``.
 
     Without CUDA and with a launcher (``'pytorch'``, ``'slurm'``,
@@ -322,6 +341,10 @@ def setup_launcher(cfg: 'Union[Config, dict]') -> None:
 
     Args:
         cfg (Config | dict): The training config, with ``launcher`` set.
+        runner_type (str | type, optional): The runner that will be built
+            from ``cfg`` (``'Runner'``, ``FlexibleRunner``...), when the
+            caller knows it (``FlexibleRunner.from_cfg`` called directly).
+            Defaults to ``cfg.runner_type``.
 
     Raises:
         ValueError: An unknown launcher, a ``strategy`` without a
@@ -342,9 +365,9 @@ def setup_launcher(cfg: 'Union[Config, dict]') -> None:
     if launcher not in LAUNCHERS:
         raise ValueError(
             f'launcher must be one of {LAUNCHERS}, got {launcher!r}')
-    check_runner_type(cfg)
+    check_runner_type(cfg, runner_type)
+    flexible = is_flexible_runner(runner_type or cfg.get('runner_type'))
     _check_resume(cfg)
-    flexible = 'runner_type' in cfg
     if flexible and cfg.get('strategy') is not None:
         _deepspeed_optim_wrapper(cfg)
     if launcher == 'none' and flexible and _needs_process_group(cfg):
@@ -352,7 +375,9 @@ def setup_launcher(cfg: 'Union[Config, dict]') -> None:
         launcher = 'pytorch'
     if launcher == 'none' or torch.cuda.is_available():
         return
-    dist_cfg = cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
+    cfg.setdefault('env_cfg', {})  # a Config copies what it stores
+    cfg['env_cfg'].setdefault('dist_cfg', {})
+    dist_cfg = cfg['env_cfg']['dist_cfg']
     dist_cfg['backend'] = 'gloo'
     init_cpu_distributed(launcher, dist_cfg.get('timeout', 1800))
     if flexible:
@@ -392,7 +417,7 @@ def build_runner(cfg: 'Config') -> Any:
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner  # registers Runner, FlexibleRunner
     setup_launcher(cfg)
-    if 'runner_type' in cfg:
+    if 'runner_type' in cfg:  # OpenMMLab's launchers test the key alone
         return RUNNERS.build(cfg)
     return Runner.from_cfg(cfg)
 

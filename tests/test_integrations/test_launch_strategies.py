@@ -294,3 +294,18 @@ def test_dist_test_evaluates_a_sharded_fsdp_checkpoint(launched):
     ], ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count('test: accuracy=') == 1  # rank 0 prints
+
+
+def test_flexible_runner_built_directly_needs_no_runner_type(
+        tmp_path, cpu_with_a_group):
+    """``FlexibleRunner.from_cfg(cfg)`` called by hand (cpu_dist wraps it)
+    builds a FlexibleRunner whatever ``cfg.runner_type`` says; only a
+    ``Runner`` given a strategy is refused."""
+    from mmengine.runner import FlexibleRunner, Runner
+    cfg = Config.fromfile(DEMO)
+    cfg.strategy = dict(type='FSDPStrategy')
+    cfg.launcher = 'pytorch'
+    setup_launcher(cfg, runner_type=FlexibleRunner)
+    assert cfg.strategy.model_wrapper.device_id == 'cpu'
+    with pytest.raises(ValueError, match='runner_type'):
+        setup_launcher(cfg, runner_type=Runner)
