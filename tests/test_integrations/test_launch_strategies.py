@@ -253,6 +253,11 @@ def launched(tmp_path_factory):
     return runs
 
 
+# the launches share one module-scoped fixture: one xdist worker runs them
+LAUNCHES = pytest.mark.xdist_group('launch')
+
+
+@LAUNCHES
 @pytest.mark.parametrize('strategy', list(BUILT))
 def test_dist_train_builds_the_strategys_wrapper(launched, strategy):
     work_dir, result = launched[strategy]
@@ -273,6 +278,7 @@ def test_dist_train_builds_the_strategys_wrapper(launched, strategy):
     assert 'Setting accelerator to CPU' not in result.stdout + result.stderr
 
 
+@LAUNCHES
 def test_resume_and_cfg_options_under_flexible_runner(launched, tmp_path):
     work_dir, _ = launched['fsdp2']
     result = launch('dist_train.sh', [
@@ -284,6 +290,7 @@ def test_resume_and_cfg_options_under_flexible_runner(launched, tmp_path):
     assert 'resumed epoch: 1' in result.stdout + result.stderr
 
 
+@LAUNCHES
 def test_dist_test_evaluates_a_sharded_fsdp_checkpoint(launched):
     work_dir, _ = launched['fsdp']
     checkpoint = osp.join(work_dir, 'epoch_1.pth')
