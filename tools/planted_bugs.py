@@ -242,7 +242,7 @@ BUGS = [
         'self._samples += self._counted_rows or rows',
         ('tests/test_hooks/test_throughput_hook.py', )),
     Bug('TP2', "rank 0's peak memory published as the max over ranks",
-        'mmstats/throughput.py',
+        'mmstats/throughput/interval.py',
         'rank = max(range(len(column)), key=lambda r: (column[r], -r))',
         'rank = 0', ('tests/test_hooks/test_throughput_hook.py', )),
     Bug(

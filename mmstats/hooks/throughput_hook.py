@@ -12,11 +12,10 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
 from mmstats.dist import host_group
-from mmstats.flops import IterationFlops
-from mmstats.memory import MemoryReader
 from mmstats.registry import HOOKS
 from mmstats.sharding import unwrap_model
-from mmstats.throughput import batch_rows, reduce_interval
+from mmstats.throughput import (IterationFlops, MemoryReader, batch_rows,
+                                reduce_interval)
 from mmstats.utils.args import (check_bool, check_keywords, check_log_interval,
                                 refuse_second_instance)
 from .schedule import PublicationSchedule
@@ -95,7 +94,7 @@ class ThroughputHook(Hook):
             it runs slower, under torch's counter) and publish FLOP/s and
             MFU (none for a run of one iteration). Defaults to True.
         peak_flops (float, optional): The peak FLOP/s of one device,
-            for MFU; None: from :data:`mmstats.flops.PEAK_FLOPS` by device
+            for MFU; None: from :data:`mmstats.throughput.PEAK_FLOPS` by device
             name and the number formats the counted ops ran in. Defaults to
             None.
 

@@ -8,8 +8,8 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from mmengine.runner import Runner
 
-from mmstats.flops import peak_flops
 from mmstats.hooks import ThroughputHook
+from mmstats.throughput import peak_flops
 from tests.helpers.runner import read_scalars, toy_cfg
 from .common import requires_cuda, sync_debug_error
 

@@ -16,10 +16,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import mmstats.hooks.precise_bn_hook as precise_bn_hook
 import mmstats.hooks.throughput_hook as throughput_hook
-from mmstats.flops import IterationFlops, peak_flops
 from mmstats.hooks import ThroughputHook
-from mmstats.memory import MemoryReader
-from mmstats.throughput import batch_rows
+from mmstats.throughput import (IterationFlops, MemoryReader, batch_rows,
+                                peak_flops)
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, read_scalars, toy_cfg
 from tests.helpers.toy import ToyBNModel
