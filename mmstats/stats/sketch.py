@@ -216,6 +216,12 @@ class LogBuckets:
         self._edges: Optional[np.ndarray] = None
         self._device_edges: dict = {}  # device -> the edges there
 
+    def __getstate__(self) -> dict:
+        """Pickled without the edge tables (rebuilt at first use)."""
+        state = self.__dict__.copy()
+        state['_edges'], state['_device_edges'] = None, {}
+        return state
+
     def __repr__(self) -> str:
         return (f'LogBuckets(relative_accuracy={self.relative_accuracy}, '
                 f'max_buckets={self.max_buckets}, '

@@ -185,3 +185,17 @@ def test_keys_are_exact_against_the_edge_table(sign):
         upper = np.exp(want / buckets.multiplier)
     assert (mags >= lower * (1 - 1e-12)).all()
     assert (mags <= upper * (1 + 1e-12)).all()
+
+
+def test_pickled_buckets_leave_their_tables_behind():
+    """A pickled layout (a DataLoader worker's, say) carries no edge table
+    and no device copy, and counts the same after rebuilding them."""
+    import pickle
+    buckets = LogBuckets(relative_accuracy=0.05)
+    x = np.array([-1., 1., 2., -0.5])
+    codes = buckets.codes(x)
+    buckets._device_keys(torch.from_numpy(x))  # a device copy made
+    data = pickle.dumps(buckets)
+    assert len(data) < 1000
+    again = pickle.loads(data)
+    np.testing.assert_array_equal(again.codes(x), codes)
