@@ -30,4 +30,4 @@ MODEL_WRAPPERS = Registry(
     'model_wrapper',
     parent=MMENGINE_MODEL_WRAPPERS,
     scope='mmstats',
-    locations=['mmstats.utils.fully_shard'])
+    locations=['mmstats.wrappers'])

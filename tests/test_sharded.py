@@ -537,7 +537,7 @@ def test_strategy_fragments_load(name):
     from mmengine.model import is_model_wrapper
     from mmengine.registry import MODEL_WRAPPERS
 
-    from mmstats.utils.fully_shard import FullyShard
+    from mmstats.wrappers import FullyShard
     root = osp.dirname(osp.dirname(osp.abspath(__file__)))
     cfg = Config.fromfile(
         osp.join(root, 'configs', '_base_', 'strategies', f'{name}.py'))

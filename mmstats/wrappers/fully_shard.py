@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from mmstats.registry import MODEL_WRAPPERS
-from .args import check_positive_int, check_str, compile_regex
+from mmstats.utils.args import check_positive_int, check_str, compile_regex
 
 __all__ = ['FullyShard']
 
