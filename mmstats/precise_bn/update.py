@@ -372,13 +372,7 @@ def update_bn_stats(model: nn.Module,
         ...                x.var((0, 2, 3), unbiased=False), atol=1e-6)
         True
     """
-    check_args(num_samples, estimator)
-    check_bool('update_bn_stats', 'progress', progress)  # not truthiness
-    if forward_context is not None and not callable(forward_context):
-        raise TypeError('update_bn_stats: forward_context must be None or a '
-                        'callable returning a context manager (e.g. '
-                        '`lambda: torch.autocast("cuda")`), got '
-                        f'{forward_context!r}')
+    _check_call(num_samples, estimator, progress, forward_context)
     start_time = time.perf_counter()
     # DDP's forward only adds collectives: run the module inside; a
     # sharded model runs through its sharding (the forward gathers shards)
@@ -402,7 +396,6 @@ def update_bn_stats(model: nn.Module,
         return summary
     world_size = get_world_size(group)
     recorder = BNRecorder([bn for _, bn in named], ESTIMATORS[estimator])
-    names = {id(bn): name for name, bn in named}
     progress = progress and get_rank(group) == 0 and sys.stdout.isatty()
     with preserve_rng_state(), suspend_reporting():
         try:
@@ -411,27 +404,10 @@ def update_bn_stats(model: nn.Module,
                               math.ceil(num_samples / world_size),
                               forward_context or nullcontext, sharded, group,
                               logger or 'current')
-            error = feeder.run(data_loader, progress)
-            if feeder.abandoned:  # no group left to agree over
-                raise error
-            seen, batches = feeder.seen, feeder.batches
-            recorder.fold()
-            meta = torch.tensor([float(error is not None), seen, batches],
-                                dtype=torch.float64,
-                                device=recorder.groups[0].device)
-            _reduce(recorder, meta, group)
-            failed, seen, batches = meta.tolist()
-            if error is not None:
-                raise error
-            if failed > 0:
-                raise RuntimeError(
-                    'update_bn_stats: a forward failed on another rank (see '
-                    'its log); BN statistics were left unchanged')
-            if batches == 0:
-                raise ValueError(
-                    'update_bn_stats: no batch at all on any rank (empty or '
-                    f'exhausted loader; num_samples={num_samples}, world '
-                    f'size {world_size}); BN statistics were left unchanged')
+            seen, batches = _record(
+                feeder, data_loader, progress, group,
+                f'num_samples={num_samples}, world '
+                f'size {world_size}')
             results = [recorder.statistics(g) for g in recorder.groups]
         finally:
             recorder.restore()
@@ -439,20 +415,75 @@ def update_bn_stats(model: nn.Module,
                 buf.copy_(value)
             if sharded:
                 reshard(given)
-        var_changes, mean_changes = [], []
-        for g, (mean, var) in zip(recorder.groups, results):
-            called, var_change, mean_change = _commit(recorder, g, mean, var)
-            layers = recorder.layers[g.first:g.first + g.count]
-            for bn, ok in zip(layers, called):
-                summary['updated' if ok else 'skipped'].append(names[id(bn)])
-            var_changes.append(var_change)
-            mean_changes.append(mean_change)
-    if summary['updated']:
-        summary['var_change'] = torch.cat(var_changes).mean().item()
-        summary['mean_change'] = torch.cat(mean_changes).mean().item()
+        _commit_all(recorder, results, named, summary)
     summary.update(
         num_layers=len(summary['updated']),
         num_samples=int(round(seen)),
         num_batches=int(round(batches)),
         seconds=time.perf_counter() - start_time)
     return summary
+
+
+def _check_call(num_samples: int, estimator: str, progress: bool,
+                forward_context: Optional[Callable[[],
+                                                   ContextManager]]) -> None:
+    """Check the arguments of :func:`update_bn_stats` (a wrong type is a
+    TypeError, a wrong value a ValueError)."""
+    check_args(num_samples, estimator)
+    check_bool('update_bn_stats', 'progress', progress)  # not truthiness
+    if forward_context is not None and not callable(forward_context):
+        raise TypeError('update_bn_stats: forward_context must be None or a '
+                        'callable returning a context manager (e.g. '
+                        '`lambda: torch.autocast("cuda")`), got '
+                        f'{forward_context!r}')
+
+
+def _record(feeder: _Batches, data_loader: Iterable, progress: bool,
+            group: Any, asked: str) -> Tuple[float, float]:
+    """Forward the batches, then fold the accumulators and sum them over
+    the ranks with every rank's failure flag, samples and batches (one
+    reduction); return the samples and batches used over all ranks.
+    Raises, on every rank, where some rank failed or no rank had a batch
+    (``asked`` says what was asked for)."""
+    recorder = feeder.recorder
+    error = feeder.run(data_loader, progress)
+    if feeder.abandoned:  # no group left to agree over
+        raise error
+    recorder.fold()
+    meta = torch.tensor(
+        [float(error is not None), feeder.seen, feeder.batches],
+        dtype=torch.float64,
+        device=recorder.groups[0].device)
+    _reduce(recorder, meta, group)
+    failed, seen, batches = meta.tolist()
+    if error is not None:
+        raise error
+    if failed > 0:
+        raise RuntimeError(
+            'update_bn_stats: a forward failed on another rank (see '
+            'its log); BN statistics were left unchanged')
+    if batches == 0:
+        raise ValueError(
+            'update_bn_stats: no batch at all on any rank (empty or '
+            f'exhausted loader; {asked}); BN statistics were left unchanged')
+    return seen, batches
+
+
+def _commit_all(recorder: BNRecorder, results: List[Tuple[Tensor, Tensor]],
+                named: List[Tuple[str, nn.Module]],
+                summary: Dict[str, Any]) -> None:
+    """Write every group's new statistics (:func:`_commit`); fill the
+    summary's ``updated``, ``skipped``, ``var_change`` and
+    ``mean_change``."""
+    names = {id(bn): name for name, bn in named}
+    var_changes, mean_changes = [], []
+    for g, (mean, var) in zip(recorder.groups, results):
+        called, var_change, mean_change = _commit(recorder, g, mean, var)
+        layers = recorder.layers[g.first:g.first + g.count]
+        for bn, ok in zip(layers, called):
+            summary['updated' if ok else 'skipped'].append(names[id(bn)])
+        var_changes.append(var_change)
+        mean_changes.append(mean_change)
+    if summary['updated']:
+        summary['var_change'] = torch.cat(var_changes).mean().item()
+        summary['mean_change'] = torch.cat(mean_changes).mean().item()
