@@ -443,6 +443,17 @@ BUGS = [
     Bug('IC2', 'the inductor cache kept after an unfinished session',
         'tests/helpers/compile_cache.py', '        if left:\n',
         '        if False:\n', ('tests/test_compile_cache.py', )),
+    # modules whose forward hooks never fire (mmseg's decode heads)
+    Bug(
+        'MU1', 'no word about a module whose act never comes (called as '
+        'module.forward(x), or a ModuleList)',
+        'mmstats/hooks/module_stats_hook.py',
+        '        self._warn_unseen(runner)\n', '',
+        ('tests/test_hooks/test_module_stats_unseen.py', )),
+    Bug('MU2', 'the unseen-module warning repeated at every publication',
+        'mmstats/hooks/module_stats_hook.py',
+        '        self._warned_unseen.update(unseen)\n', '',
+        ('tests/test_hooks/test_module_stats_unseen.py', )),
 ]
 
 

@@ -139,7 +139,10 @@ class ModuleStatsHook(Hook):
     (the gradient side: on the last optimizer step up to it). Arming never
     recompiles a compiled ``train_step``. Frozen modules get no
     ``grad_norm``/``update_ratio``; a step the GradScaler skips gives none
-    either. Under sharded training (FSDP1, FSDP2, DeepSpeed ZeRO-1/2/3) the
+    either. A module whose forward hooks see no output on a publication
+    iteration (called as ``module.forward(x)``, as mmseg's decode heads
+    are in ``loss()``, or never called) gets no ``act`` there: warned once
+    per module. Under sharded training (FSDP1, FSDP2, DeepSpeed ZeRO-1/2/3) the
     norms are those of the full tensors: each rank's sums of squares of
     the parts it holds, SUM-reduced in one all_reduce per instrumented step
     (``docs/sharding.md``). See ``docs/module_stats.md`` (schedule, compile,
@@ -224,6 +227,7 @@ class ModuleStatsHook(Hook):
         self._weights: List[tuple] = []  # (segments, part) in the targets
         self._device = torch.device('cpu')
         self._warned_unmatched = False
+        self._warned_unseen: set = set()  # modules whose act never came
         self._publishes = False
         self._skipped = 0
         self._cost = 0.0
@@ -253,6 +257,7 @@ class ModuleStatsHook(Hook):
         forward and optimizer step hooks (before ``compile=True`` compiles
         ``train_step``), disarmed."""
         self.remove()  # a second runner.train()
+        self._warned_unseen = set()
         model = unwrap_model(runner.model)
         self.targets = {
             name: module
@@ -371,6 +376,36 @@ class ModuleStatsHook(Hook):
             'current',
             level=30)
 
+    def _warn_unseen(self, runner: Runner) -> None:
+        """Warn, once per module and run, about the modules whose forward
+        hooks saw no output on a publication iteration: their ``act`` is
+        missing from it, and hooks cannot see why."""
+        acts = self._acts
+        if acts is None or not acts.report_acts:
+            return
+        unseen = [
+            name for name in self.targets
+            if f'{self.prefix}/{name}/act' not in acts.seen
+            and name not in self._warned_unseen
+        ]
+        if not unseen:
+            return
+        self._warned_unseen.update(unseen)
+        its, was = (('its', 'it was') if len(unseen) == 1 else
+                    ('their', 'they were'))
+        print_log(
+            'ModuleStatsHook: no floating-point output of '
+            f'{", ".join(unseen)} was seen on training iteration '
+            f'{runner.iter + 1}, a publication, so {its} act is missing '
+            f'there: {was} not called in that iteration, called as '
+            "module.forward(...) (mmseg's decode heads in loss()) or never "
+            'called (a ModuleList), none of which forward hooks see; '
+            'instrument submodules that are called as module(...) instead, '
+            r"e.g. modules=r'decode_head\.(bottleneck|conv_seg)'. Said once "
+            'per module.',
+            'current',
+            level=30)
+
     # -- when ------------------------------------------------------------
     def publishes_after(self, runner: Runner, batch_idx: int) -> bool:
         """Whether the statistics are published after training iteration
@@ -408,6 +443,7 @@ class ModuleStatsHook(Hook):
                 self.watch_nonfinite)
         if self._acts is not None:
             self._acts.armed = self._publishes
+            self._acts.seen.clear()
             self._acts.watching = self.watch_nonfinite
         self._watched = self.watch_nonfinite or self._publishes or any(
             p.armed for p in self._steps)
@@ -437,6 +473,7 @@ class ModuleStatsHook(Hook):
         if not self._publishes:
             return
         self._reset_watch = True
+        self._warn_unseen(runner)
         self._report_norms()
         if any(p.amp for p in self._steps):
             report(f'{self.prefix}/amp_skipped_steps', float(self._skipped))
@@ -683,6 +720,7 @@ class ActivationProbes:
         self.watch = watch
         self.report_acts = report_acts
         self.cost = 0.0  # host seconds spent recording, reset by the owner
+        self.seen: set = set()  # keys recorded while armed (owner clears)
         self._index = {
             f'{prefix}/{name}/act': i
             for i, name in enumerate(modules)
@@ -717,6 +755,7 @@ class ActivationProbes:
             self.watch.forward(self._index[key], tensor.detach())
         if self.armed and self.report_acts:
             report(key, tensor.detach())
+            self.seen.add(key)
         self.cost += time.perf_counter() - start
 
     def remove(self) -> None:
