@@ -44,8 +44,11 @@ val_dataloader = dict(num_workers=1, dataset=dict(pipeline=test_pipeline))
 train_cfg = dict(max_iters=12, val_interval=12)
 default_hooks = dict(logger=dict(interval=2), checkpoint=dict(interval=12))
 
-modules = (r'backbone\.layer\d|decode_head\.(psp_modules|bottleneck|'
-           r'conv_seg)|auxiliary_head\.convs')
+# decode_head itself too: mmseg calls its forward as self.forward(inputs),
+# which forward hooks do not see, so it gets norms but no act (and
+# ModuleStatsHook says so once); its submodules are called as module(x)
+modules = (r'backbone\.layer\d|decode_head(\.(psp_modules|bottleneck|'
+           r'conv_seg))?|auxiliary_head\.convs')
 custom_hooks = [
     dict(type='mmstats.PreciseBNHook', num_samples=8, interval=6),
     dict(
