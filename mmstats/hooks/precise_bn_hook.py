@@ -5,11 +5,12 @@ logs and its message-hub keys (kept out of checkpoints)."""
 from __future__ import annotations
 import copy
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import torch
 from mmengine.dataset import DefaultSampler
 from mmengine.hooks import EMAHook, Hook
+from mmengine.hooks.hook import DATA_BATCH
 from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -28,7 +29,6 @@ if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
 
 __all__ = ['PreciseBNHook', 'VAR_CHANGE', 'EMA_VAR_CHANGE', 'HUB_KEYS']
 
-DATA_BATCH = Optional[Union[dict, tuple, list]]
 OWNER = 'PreciseBNHook'
 RUNS_KEY = 'precise_bn_runs'  # in checkpoint['meta']
 VAR_CHANGE = 'train/precise_bn/var_change'
@@ -169,13 +169,13 @@ class PreciseBNHook(Hook):
                 "shards: the EMA model's BN statistics are not recomputed "
                 '(see docs/sharding.md)',
                 'current',
-                level=30)
+                level=logging.WARNING)
         if not self._has_bn:
             print_log(
                 'PreciseBNHook: the model has no BatchNorm layer; the '
                 'hook does nothing in this run.',
                 'current',
-                level=30)
+                level=logging.WARNING)
             return
         self._loader = self._build_loader(runner)
         # the modes training will use: the loop calls model.train() (which

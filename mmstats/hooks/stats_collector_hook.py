@@ -3,13 +3,14 @@
 its argument checks (config mistakes fail when the hook is built, naming
 the argument and the fix) and what it tells LoggerHook's LogProcessor."""
 from __future__ import annotations
+import logging
 import math
-import numbers
 import re
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
+from mmengine.hooks.hook import DATA_BATCH
 from mmengine.logging import HistoryBuffer, MessageHub, print_log
 from mmengine.visualization import TensorboardVisBackend, WandbVisBackend
 
@@ -23,8 +24,9 @@ from mmstats.stats.nonfinite import (describe_origins, gather_origins,
 from mmstats.stats.spikes import SpikeDetector, SpikeError
 from mmstats.utils.args import (check_bool, check_choice, check_keywords,
                                 check_log_interval, check_names,
-                                check_positive_int, check_str, compile_regex,
-                                refuse_second_instance, scope_inline_flags)
+                                check_positive_int, check_real, check_str,
+                                compile_regex, refuse_second_instance,
+                                scope_inline_flags)
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .text_line import write_text_line
@@ -35,7 +37,6 @@ if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
 
 __all__ = ['StatsCollectorHook']
 
-DATA_BATCH = Optional[Union[dict, tuple, list]]
 OWNER = 'StatsCollectorHook'
 NONFINITE_ACTIONS = ('warn', 'raise', 'ignore')
 SPIKE_ACTIONS = ('warn', 'raise')
@@ -350,7 +351,7 @@ class StatsCollectorHook(Hook):
                         f'the model\'s as {short!r} and train_step\'s as '
                         f'{name!r} (rename one, or collect_outputs=False)',
                         'current',
-                        level=30)
+                        level=logging.WARNING)
             else:
                 out[short] = values
                 sources[short] = name
@@ -400,7 +401,7 @@ class StatsCollectorHook(Hook):
                    f'{describe_origins(origins, bad)}')
         if self.on_nonfinite == 'raise':  # same data on every rank
             raise FloatingPointError(message)
-        print_log(message, 'current', level=30)
+        print_log(message, 'current', level=logging.WARNING)
 
     def _scalars(self, results: dict, text: bool = False) -> dict:
         """``{'<prefix>/<name>/<stat>': value}`` of ``stats``, or if
@@ -513,7 +514,7 @@ class StatsCollectorHook(Hook):
                    f'spike_factor={self.spikes.factor:g}): {text}')
         if self.on_spike == 'raise':
             return message
-        print_log(message, 'current', level=30)
+        print_log(message, 'current', level=logging.WARNING)
         return None
 
     def _write_histograms(self, mode: str, results: dict, step: int) -> None:
@@ -682,7 +683,7 @@ def _histogram_writers(runner: Runner) -> list:
             'visualizer=dict(type=\'Visualizer\', vis_backends=[dict(type='
             '\'LocalVisBackend\'), dict(type=\'TensorboardVisBackend\')])',
             'current',
-            level=30)
+            level=logging.WARNING)
     return writers
 
 
@@ -768,15 +769,9 @@ def _check_health_args(spike_stat: str, spike_factor: float, spike_window: int,
     ``histogram_regex`` needs quantile sketches (``sketching``)."""
     check_choice(OWNER, 'spike_stat', spike_stat, SPIKE_STATS)
     check_choice(OWNER, 'on_spike', on_spike, SPIKE_ACTIONS)
-    what = 'a finite number > 1 (e.g. spike_factor=4.0)'
-    if not isinstance(spike_factor, numbers.Real) or isinstance(
-            spike_factor, bool):
-        raise TypeError(f'{OWNER}: spike_factor must be {what}, got '
-                        f'{spike_factor!r} of type '
-                        f'{type(spike_factor).__name__}')
-    if not (spike_factor > 1 and math.isfinite(spike_factor)):
-        raise ValueError(f'{OWNER}: spike_factor must be {what}, got '
-                         f'{spike_factor!r}')
+    check_real(OWNER, 'spike_factor', spike_factor,
+               lambda v: v > 1 and math.isfinite(v),
+               'a finite number > 1 (e.g. spike_factor=4.0)')
     check_positive_int(OWNER, 'spike_window', spike_window, example=20)
     check_positive_int(
         OWNER, 'histogram_buckets', histogram_buckets, example=512)

@@ -3,12 +3,13 @@
 all ranks, published where the training statistics are
 (``docs/throughput.md``)."""
 from __future__ import annotations
-import numbers
+import logging
 from time import perf_counter
-from typing import TYPE_CHECKING, Dict, Optional, Union
+from typing import TYPE_CHECKING, Dict, Optional
 
 import torch
 from mmengine.hooks import Hook
+from mmengine.hooks.hook import DATA_BATCH
 from mmengine.logging import print_log
 
 from mmstats.dist import host_group
@@ -17,7 +18,7 @@ from mmstats.sharding import unwrap_model
 from mmstats.throughput import (IterationFlops, MemoryReader, batch_rows,
                                 reduce_interval)
 from mmstats.utils.args import (check_bool, check_keywords, check_log_interval,
-                                refuse_second_instance)
+                                check_real, refuse_second_instance)
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .text_line import write_text_line
@@ -27,7 +28,6 @@ if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
 
 __all__ = ['ThroughputHook']
 
-DATA_BATCH = Optional[Union[dict, tuple, list]]
 OWNER = 'ThroughputHook'
 #: The FLOPs are counted on this training iteration of a run (1-based):
 #: after the first, so that torch.compile has compiled what the first one
@@ -383,7 +383,7 @@ class ThroughputHook(Hook):
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            print_log(message, 'current', level=30)
+            print_log(message, 'current', level=logging.WARNING)
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:
@@ -398,14 +398,9 @@ def _model_device(model: torch.nn.Module) -> torch.device:
 
 
 def _check_peak(peak_flops: object) -> None:
-    if peak_flops is None:
-        return
-    what = ('None or the peak FLOP/s of one device, a positive number '
+    if peak_flops is not None:
+        check_real(
+            OWNER, 'peak_flops', peak_flops,
+            lambda v: v > 0 and v != float('inf'),
+            'None or the peak FLOP/s of one device, a positive number '
             '(e.g. peak_flops=989e12)')
-    if not isinstance(peak_flops, numbers.Real) or isinstance(
-            peak_flops, bool):
-        raise TypeError(f'{OWNER}: peak_flops must be {what}, got '
-                        f'{peak_flops!r} of type {type(peak_flops).__name__}')
-    if not peak_flops > 0 or peak_flops == float('inf'):
-        raise ValueError(f'{OWNER}: peak_flops must be {what}, got '
-                         f'{peak_flops!r}')

@@ -73,9 +73,11 @@ class Reporter:
 
     Example:
         >>> from mmstats.stats.reporting import REPORTER
-        >>> with REPORTER.in_phase('val'):  # names get 'val/' in front
-        ...     REPORTER.phase
+        >>> previous = REPORTER.set_phase('val')  # names get 'val/' in front
+        >>> REPORTER.phase
         'val/'
+        >>> REPORTER.set_phase(previous)
+        'val'
         >>> REPORTER.phase
         ''
     """
@@ -178,15 +180,6 @@ class Reporter:
         previous = self.phase[:-1] or None
         self.phase = f'{name}/' if name else ''
         return previous
-
-    @contextmanager
-    def in_phase(self, name: Optional[str]) -> Iterator[None]:
-        """:meth:`set_phase` for the block (detectron2's ``name_scope``)."""
-        previous = self.set_phase(name)
-        try:
-            yield
-        finally:
-            self.set_phase(previous)
 
     @contextmanager
     def suspended_block(self) -> Iterator[None]:
@@ -365,7 +358,6 @@ def phase(name: Optional[str]) -> Optional[str]:
     StatsCollectorHook calls ``phase('val')`` while a validation loop runs,
     so ``report('model/feat_norm', x)`` in a module's ``forward`` is recorded
     as ``val/model/feat_norm``, apart from the training values.
-    ``REPORTER.in_phase(name)`` is the same as a context manager.
 
     Args:
         name (str, optional): The phase, e.g. ``'val'``; None for none.

@@ -31,10 +31,10 @@ from typing import (Any, Callable, List, Optional, Pattern, Sequence, Tuple,
                     TypeVar)
 
 __all__ = [
-    'check_bool', 'check_positive_int', 'check_log_interval', 'check_choice',
-    'check_str', 'check_names', 'compile_regex', 'scope_inline_flags',
-    'check_keywords', 'refuse_second_instance', 'split_alternatives',
-    'unmatched_alternatives'
+    'check_bool', 'check_positive_int', 'check_log_interval', 'check_real',
+    'check_choice', 'check_str', 'check_names', 'compile_regex',
+    'scope_inline_flags', 'check_keywords', 'refuse_second_instance',
+    'split_alternatives', 'unmatched_alternatives'
 ]
 
 ClassT = TypeVar('ClassT', bound=type)
@@ -126,6 +126,29 @@ the LoggerHook interval; e.g. interval=10), got 0
         example=10,
         none_ok=True,
         meaning='None: the LoggerHook interval')
+
+
+def check_real(owner: str, name: str, value: Any,
+               accept: Callable[[Any], bool], what: str) -> Any:
+    """``value`` if it is a real number (not a bool) that ``accept``
+    takes: another type is a TypeError, a number ``accept`` refuses a
+    ValueError. ``what`` says what it must be, with an example of the fix.
+
+    Example:
+        >>> what = 'a finite number > 1 (e.g. factor=4.0)'
+        >>> above_one = lambda v: v > 1 and v != float('inf')
+        >>> check_real('MyHook', 'factor', 4, above_one, what)
+        4
+        >>> check_real('MyHook', 'factor', 0.5, above_one, what)
+        Traceback (most recent call last):
+        ValueError: MyHook: factor must be a finite number > 1 (e.g. \
+factor=4.0), got 0.5
+    """
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f'{owner}: {name} must be {what}, {_got(value)}')
+    if not accept(value):
+        raise ValueError(f'{owner}: {name} must be {what}, got {value!r}')
+    return value
 
 
 def check_choice(owner: str, name: str, value: Any,
