@@ -365,7 +365,7 @@ def shard_toy_cfg(work_dir, rank, **model):
 def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
     from mmengine.runner import FlexibleRunner
 
-    import mmstats.hooks.module_stats_hook as module_stats_hook
+    from mmstats.module_stats import norms
     torch.manual_seed(rank)
     prior = strategy in REPLICATED_PRIOR
     cfg = shard_toy_cfg(work_dir, rank, with_cp=with_cp, prior=prior)
@@ -392,18 +392,18 @@ def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
         dict(type='ShardStateRecorder'),
     ]
     reductions = []
-    original = module_stats_hook.all_reduce
+    original = norms.all_reduce
 
     def counted(*args, **kwargs):
         reductions.append(1)
         return original(*args, **kwargs)
 
-    module_stats_hook.all_reduce = counted
+    norms.all_reduce = counted
     try:
         runner = FlexibleRunner.from_cfg(cfg)
         runner.train()
     finally:
-        module_stats_hook.all_reduce = original
+        norms.all_reduce = original
     recorder = [h for h in runner.hooks
                 if isinstance(h, FullTensorRecorder)][0]
     bn = recorder.targets['backbone.stem'].bn

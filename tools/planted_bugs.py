@@ -135,7 +135,7 @@ BUGS = [
         ('tests/test_stats/test_moments.py',
          'tests/test_stats/test_collector.py')),
     Bug('B20', 'scaled gradients read at a fused optimizer step under AMP',
-        'mmstats/hooks/module_stats_hook.py',
+        'mmstats/module_stats/steps.py',
         "'_step_supports_amp_scaling', False):",
         "'_no_such_attribute', False):",
         ('tests/test_hooks/test_module_stats_fused.py', )),
@@ -149,8 +149,8 @@ BUGS = [
         ('tests/test_hooks/test_stats_collector_hook.py', )),
     # sharded training (issue 25)
     Bug('S1', 'shard sums of squares published without the reduction',
-        'mmstats/hooks/module_stats_hook.py', 'if self._layout.sharded:',
-        'if False:', ('tests/test_sharded.py', )),
+        'mmstats/module_stats/norms.py', 'if self.sharded:', 'if False:',
+        ('tests/test_sharded.py', )),
     Bug('S2', 'precise BN runs the unwrapped FSDP1 module (its 1-D shards)',
         'mmstats/sharding.py',
         'while not isinstance(outer, FullyShardedDataParallel) and (',
@@ -162,8 +162,7 @@ BUGS = [
     Bug('S4', 'an empty shard counted as "no gradient" (names differ)',
         'mmstats/sharding.py', 'return None if whole_grad() is None else '
         'empty', 'return None', ('tests/test_sharded.py', )),
-    Bug('S5', 'gradients read after clipping',
-        'mmstats/hooks/module_stats_hook.py',
+    Bug('S5', 'gradients read after clipping', 'mmstats/module_stats/steps.py',
         "if getattr(optim_wrapper, 'clip_grad_kwargs', None):", 'if False:',
         ('tests/test_hooks/test_module_stats_clip.py', )),
     Bug('S6', 'ZeRO-3 partitions read with their padding',
@@ -278,7 +277,7 @@ BUGS = [
         'self._folded[name] = max(value, self._folded.get(name, 0.0))', 'pass',
         ('tests/test_hooks/test_throughput_hook.py', )),
     Bug('OS1', 'exp_avg_sq_sqrt_norm from the L2 norm of v, not its sum',
-        'mmstats/hooks/module_stats_hook.py',
+        'mmstats/module_stats/optimizer_state.py',
         'torch._foreach_norm(values, 1, dtype=torch.float64)',
         'torch._foreach_norm(values, 2, dtype=torch.float64)',
         ('tests/test_hooks/test_module_stats_optimizer.py', )),
@@ -288,7 +287,7 @@ BUGS = [
         '(lambda tensor, a=start, b=stop: _flat(tensor)[:b - a])',
         ('tests/test_sharded_optimizer_state.py', )),
     Bug('OS3', 'absent optimizer states published (as zeros)',
-        'mmstats/hooks/module_stats_hook.py',
+        'mmstats/module_stats/optimizer_state.py',
         "if row(f'{state}:count', segment) == 0:", 'if False:',
         ('tests/test_hooks/test_module_stats_optimizer.py', )),
     Bug(
@@ -312,14 +311,13 @@ BUGS = [
         ('tests/test_hooks/test_health_host_reads.py', )),
     Bug(
         'WG1', "the watch's gradient layout cached once, whatever "
-        'gradients are missing', 'mmstats/hooks/module_stats_hook.py',
+        'gradients are missing', 'mmstats/module_stats/steps.py',
         'layout = self._watch_index.get(missing)',
         'layout = next(iter(self._watch_index.values()), None)',
         ('tests/test_hooks/test_step_probe_watch.py', )),
     Bug('WG2', 'the watch norms the gradients of unwatched modules too',
-        'mmstats/hooks/module_stats_hook.py',
-        'if any(t < targets for t in s)]', 'if True]',
-        ('tests/test_hooks/test_step_probe_watch.py', )),
+        'mmstats/module_stats/steps.py', 'if any(t < targets for t in s)]',
+        'if True]', ('tests/test_hooks/test_step_probe_watch.py', )),
     Bug('NF3', "every rank named as having seen a name's NaN/inf",
         'mmstats/stats/nonfinite.py',
         "seen = [o for o in origins if o['names'].get(name)]",
@@ -357,13 +355,13 @@ BUGS = [
         '        self._warned_unmatched = True\n        closest = []',
         '        closest = []', ('tests/test_arg_checks.py', )),
     Bug('AM5', "DeepSpeed's step wrapper drops the schedulers' _with_counter",
-        'mmstats/hooks/module_stats_hook.py',
+        'mmstats/module_stats/steps.py',
         'optim_wrapper.step = functools.wraps(self._step)(step)',
         'optim_wrapper.step = step',
         ('tests/test_hooks/test_module_stats_deepspeed_warnings.py', )),
     Bug(
         'AM6', "removing the DeepSpeed step wrapper deletes the schedulers' "
-        'step too', 'mmstats/hooks/module_stats_hook.py',
+        'step too', 'mmstats/module_stats/steps.py',
         '            if self._own_step:\n'
         '                self.optim_wrapper.step = self._step\n'
         '            else:\n'
@@ -421,10 +419,11 @@ BUGS = [
     # optimizer-state cosines: g * m formed in float64
     Bug(
         'OS4', 'optimizer-state dot products g * m taken in the parameters\''
-        ' dtype (bfloat16: 1e-4 off)', 'mmstats/hooks/module_stats_hook.py',
-        'float64_dots(grads, values), segments, self.num_segments)',
+        ' dtype (bfloat16: 1e-4 off)',
+        'mmstats/module_stats/optimizer_state.py',
+        'float64_dots(grads, values), segments, num_segments)',
         'torch.stack([(g * v).sum(dtype=torch.float64) for g, v in '
-        'zip(grads, values)]), segments, self.num_segments)',
+        'zip(grads, values)]), segments, num_segments)',
         ('tests/test_hooks/test_module_stats_optimizer_float64.py', )),
     # importing or building a hook changes nothing process-wide
     Bug(

@@ -10,14 +10,18 @@ line always shows the statistics of the iterations it covers (see
 iterations, PreciseBNHook puts its values on the line LoggerHook writes.
 """
 from __future__ import annotations
-from typing import TYPE_CHECKING, Optional, Type, TypeVar
+from typing import TYPE_CHECKING, Callable, Optional, Type, TypeVar
 
 from mmengine.hooks import Hook, LoggerHook
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
+    from mmengine.optim import OptimWrapper
     from mmengine.runner import Runner
 
-__all__ = ['DEFAULT_INTERVAL', 'find_hook', 'PublicationSchedule']
+__all__ = [
+    'DEFAULT_INTERVAL', 'find_hook', 'PublicationSchedule',
+    'last_step_before_publication'
+]
 
 #: the publication interval without an ``interval`` and a LoggerHook
 DEFAULT_INTERVAL = 10
@@ -159,3 +163,42 @@ def logs_train_line(runner: Runner, batch_idx: int, interval: int,
     loader = runner.train_dataloader
     return _HOOK.end_of_epoch(
         loader, batch_idx) and (not ignore_last or len(loader) <= interval)
+
+
+def last_step_before_publication(runner: Runner, batch_idx: int,
+                                 optim_wrapper: OptimWrapper,
+                                 publishes_after: Callable[[Runner, int],
+                                                           bool]) -> bool:
+    """Whether the optimizer steps in training iteration ``batch_idx`` and
+    it is the last step up to a publication (gradient accumulation: a
+    publication within the next ``accumulative_counts`` iterations).
+
+    Args:
+        publishes_after (Callable): ``(runner, batch_idx) -> bool``, the
+            publication rule.
+
+    Example:
+        >>> import torch
+        >>> from types import SimpleNamespace
+        >>> from mmengine.optim import OptimWrapper
+        >>> sgd = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1)
+        >>> wrapper = OptimWrapper(sgd, accumulative_counts=4)
+        >>> runner = SimpleNamespace(train_loop=None)
+        >>> every_5th = lambda runner, i: i % 5 == 4
+        >>> wrapper._inner_count = 3  # the 4th iteration: a step
+        >>> last_step_before_publication(runner, 3, wrapper, every_5th)
+        True
+        >>> wrapper._inner_count = 1  # no step in the 2nd iteration
+        >>> last_step_before_publication(runner, 1, wrapper, every_5th)
+        False
+    """
+    if not optim_wrapper.should_sync():  # no step in this iteration
+        return False
+    from mmengine.runner import EpochBasedTrainLoop
+    counts = optim_wrapper._accumulative_counts
+    if isinstance(runner.train_loop, EpochBasedTrainLoop):
+        last = len(runner.train_dataloader) - 1  # always publishes
+        if batch_idx + counts - 1 >= last:
+            return True
+    return any(
+        publishes_after(runner, batch_idx + ahead) for ahead in range(counts))

@@ -9,8 +9,8 @@ import torch
 from mmengine.registry import MODELS
 from mmengine.runner import Runner
 
-from mmstats.hooks import module_stats_hook
-from mmstats.hooks.module_stats_hook import float64_dots
+from mmstats.module_stats import optimizer_state
+from mmstats.module_stats.optimizer_state import float64_dots
 from tests.helpers.module_stats import NAMES, module_stats_cfg, scalars
 from tests.helpers.toy import ToyBNModel
 from tests.test_hooks.test_module_stats_optimizer import (StateRecorder,
@@ -33,7 +33,7 @@ def _exact(pairs):
 def test_dots_are_float64_products(monkeypatch, dtype, chunk):
     """Chunks of 7 and 1 elements cut the tensors in pieces (added up per
     tensor); empty tensors give 0."""
-    monkeypatch.setattr(module_stats_hook, 'DOT_CHUNK', chunk)
+    monkeypatch.setattr(optimizer_state, 'DOT_CHUNK', chunk)
     pairs = _pairs(dtype)
     got = float64_dots([a for a, _ in pairs], [b for _, b in pairs])
     assert got.dtype == torch.float64

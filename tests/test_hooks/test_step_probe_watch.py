@@ -8,7 +8,7 @@ import torch
 from mmengine.optim import OptimWrapper
 from torch import nn
 
-from mmstats.hooks.module_stats_hook import StepProbe
+from mmstats.module_stats import StepProbe
 from mmstats.sharding import ParamLayout
 from mmstats.stats.nonfinite import NonfiniteWatch
 

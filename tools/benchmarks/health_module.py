@@ -43,9 +43,8 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.utils import ManagerMixin
 
-from mmstats.hooks.module_stats_hook import (ActivationProbes, ModuleStatsHook,
-                                             StepProbe)
 from mmstats.hooks.stats_collector_hook import StatsCollectorHook
+from mmstats.module_stats import ActivationProbes, StepProbe, norms
 from mmstats.stats.nonfinite import NonfiniteWatch
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
@@ -66,7 +65,7 @@ ADDS_NAMES = ('optimizer_state=True', )
 #: the instrumented ones it reports the outputs, as in the baseline)
 OWN_FUNCTIONS = {
     'optimizer_state=True': ((StepProbe, ('_moment_sums', )),
-                             (ModuleStatsHook, ('_report_moments', ))),
+                             (norms, ('moment_norms', ))),
     'watch_nonfinite=True':
     ((NonfiniteWatch, ('begin_iteration', 'forward', 'end_iteration',
                        'backward_parts', '_fold')),

@@ -20,7 +20,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 from mmstats import Collector, report
-from mmstats.hooks.module_stats_hook import ActivationProbes
+from mmstats.module_stats import ActivationProbes
 
 
 class Flag:
