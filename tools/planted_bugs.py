@@ -76,15 +76,15 @@ BUGS = [
     Bug(
         'B10', "ModuleStatsHook follows LoggerHook's interval, not the "
         "collector's", 'mmstats/hooks/module_stats_hook.py',
-        'return self._collector_hook.publishes_after(runner, batch_idx)',
+        'return self._publisher.publishes_after(runner, batch_idx)',
         'return PublicationSchedule(runner, at_last_iter=False).'
         'publishes_after(runner, batch_idx)',
         ('tests/test_hooks/test_module_stats_rhythm.py', )),
     Bug(
         'B11', "ModuleStatsHook ignores the collector's by_epoch",
         'mmstats/hooks/module_stats_hook.py',
-        'return self._collector_hook.publishes_after(runner, batch_idx)',
-        'return PublicationSchedule(runner, self._collector_hook.interval, '
+        'return self._publisher.publishes_after(runner, batch_idx)',
+        'return PublicationSchedule(runner, self._publisher.interval, '
         'at_last_iter=False).publishes_after(runner, batch_idx)',
         ('tests/test_hooks/test_module_stats_rhythm.py', )),
     # B12 loses rank 0's failure only: the header of every other rank, and

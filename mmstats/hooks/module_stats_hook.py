@@ -31,9 +31,9 @@ from mmstats.stats.nonfinite import NonfiniteWatch
 from mmstats.utils.args import (check_bool, check_keywords, check_names,
                                 check_str, compile_regex,
                                 refuse_second_instance, unmatched_alternatives)
-from .schedule import (PublicationSchedule, find_hook,
-                       last_step_before_publication)
-from .stats_collector_hook import StatsCollectorHook
+from .interfaces import (NonfiniteOriginSource, StatisticsPublisher,
+                         find_publisher)
+from .schedule import PublicationSchedule, last_step_before_publication
 from .strategies import refuse_unchecked_strategy
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
@@ -47,7 +47,7 @@ MODULE_STATS = ('act', 'grad_norm', 'weight_norm', 'update_ratio')
 
 @HOOKS.register_module()
 @check_keywords
-class ModuleStatsHook(Hook):
+class ModuleStatsHook(Hook, NonfiniteOriginSource):
     """Report activation, gradient and update statistics of the modules
     whose names match ``modules``, on the iterations where the statistics
     are published.
@@ -167,7 +167,8 @@ class ModuleStatsHook(Hook):
         self.prefix = prefix
         # built in before_train
         self.targets: Dict[str, nn.Module] = {}
-        self._collector_hook: Optional[StatsCollectorHook] = None
+        # the hook that publishes (StatsCollectorHook), if any
+        self._publisher: Optional[StatisticsPublisher] = None
         # the rule without a StatsCollectorHook
         self._schedule: Optional[PublicationSchedule] = None
         self._acts: Optional[ActivationProbes] = None
@@ -196,9 +197,9 @@ class ModuleStatsHook(Hook):
                 'state in its own partitions, which mmstats does not read); '
                 'set optimizer_state=False')
         refuse_second_instance(OWNER, runner.hooks, ModuleStatsHook)
-        self._collector_hook = find_hook(runner, StatsCollectorHook)
+        self._publisher = find_publisher(runner)
         self._schedule = None
-        if self._collector_hook is None:
+        if self._publisher is None:
             # LoggerHook's lines: no publication of its own at the end
             self._schedule = PublicationSchedule(runner, at_last_iter=False)
 
@@ -211,7 +212,7 @@ class ModuleStatsHook(Hook):
         model = unwrap_model(runner.model)
         self.targets = self._find_targets(model)
         self._warn_unmatched(model)
-        if self._collector_hook is None:
+        if self._publisher is None:
             print_log(
                 'ModuleStatsHook: no StatsCollectorHook in custom_hooks: '
                 'the statistics are reported but only a Collector of yours '
@@ -333,8 +334,8 @@ class ModuleStatsHook(Hook):
         """Whether the statistics are published after training iteration
         ``batch_idx``: StatsCollectorHook's rule (it owns it), or without
         one LoggerHook's lines."""
-        if self._collector_hook is not None:
-            return self._collector_hook.publishes_after(runner, batch_idx)
+        if self._publisher is not None:
+            return self._publisher.publishes_after(runner, batch_idx)
         return self._schedule.publishes_after(runner, batch_idx)
 
     def _steps_armed(self, runner: Runner, batch_idx: int,

@@ -27,6 +27,7 @@ from mmstats.utils.args import (check_bool, check_choice, check_keywords,
                                 check_positive_int, check_real, check_str,
                                 compile_regex, refuse_second_instance,
                                 scope_inline_flags)
+from .interfaces import StatisticsPublisher, nonfinite_origins
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .text_line import write_text_line
@@ -54,7 +55,7 @@ _PHASE_PREFIX = re.compile(r'^(val|test)/')
 
 @HOOKS.register_module()
 @check_keywords
-class StatsCollectorHook(Hook):
+class StatsCollectorHook(Hook, StatisticsPublisher):
     """Reduce what :func:`mmstats.report` recorded over all ranks and log it.
 
     All ranks publish (a collective) where LoggerHook writes a training line
@@ -310,7 +311,8 @@ class StatsCollectorHook(Hook):
 
     def publishes_after(self, runner: Runner, batch_idx: int) -> bool:
         """Whether the statistics are published after training iteration
-        ``batch_idx`` (the one rule ModuleStatsHook asks too).
+        ``batch_idx``: the rule this hook publishes by, which
+        ModuleStatsHook asks too (:class:`~.interfaces.StatisticsPublisher`).
 
         With ``by_epoch``: after the last iteration of every epoch. Else
         where LoggerHook writes a training line, every ``interval`` inner
@@ -390,10 +392,7 @@ class StatsCollectorHook(Hook):
                 name = name[len(OUTPUTS_PREFIX):]
             if name in bad:
                 local[name] = count
-        modules = [
-            origin for hook in getattr(runner, 'hooks', ())
-            for origin in getattr(hook, 'nonfinite_origin', list)()
-        ] if mode == 'train' else []
+        modules = nonfinite_origins(runner) if mode == 'train' else []
         origins = gather_origins(rank_origin(local, modules))
         # every rank formats the same text from the same gathered list
         message = (f'StatsCollectorHook: non-finite values reported at '

@@ -5,7 +5,7 @@ all ranks, published where the training statistics are
 from __future__ import annotations
 import logging
 from time import perf_counter
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 import torch
 from mmengine.hooks import Hook
@@ -48,10 +48,11 @@ TEXT_KEYS = {
 class ThroughputHook(Hook):
     """Peak memory, throughput, FLOP/s and MFU of training, over all ranks.
 
-    Published on StatsCollectorHook's schedule (``PublicationSchedule``:
-    where LoggerHook writes a training line, every ``interval`` inner
-    iterations, at every epoch end, after the last iteration of an
-    iteration-based run), each publication covering exactly the
+    Published by the rule StatsCollectorHook publishes by
+    (:class:`~mmstats.hooks.schedule.PublicationSchedule`: where LoggerHook
+    writes a training line, every ``interval`` inner iterations, at every
+    epoch end, after the last iteration of an iteration-based run) with an
+    ``interval`` of its own, each publication covering exactly the
     training iterations since the previous one, in ONE small collective
     (an all_gather of a few float64 per rank on a gloo group: no device
     sync); nothing else runs per iteration but host counters. To the
@@ -75,6 +76,13 @@ class ThroughputHook(Hook):
       batch's), ``throughput/flops_per_s`` and ``throughput/mfu`` (FLOP/s
       over the ranks' summed peak; absent, not zero, where a peak is not
       known: said once in the log).
+
+    It does not take StatsCollectorHook's schedule: it needs no
+    StatsCollectorHook, and under that hook's ``by_epoch=True`` a whole
+    epoch would be one throughput interval, hiding its slow stretches.
+    With both intervals None (the defaults: LoggerHook's) the two hooks
+    publish after the same iterations; give them the same ``interval`` to
+    keep it so.
 
     The text line shows ``memory/max``, ``samples_per_s`` and ``mfu``.
     A figure that cannot be had on some rank (a batch whose size cannot be
@@ -279,6 +287,32 @@ class ThroughputHook(Hook):
             now = perf_counter()
             self._elapsed += now - self._stamp
             self._stamp = None
+        maxima, sums = reduce_interval(*self._local_figures())
+        missing = [k for k, held in maxima.items() if held is None]
+        if missing:
+            self._warn_once(
+                'memory', f'{OWNER}: {", ".join(missing)} cannot be read on '
+                'some rank (no resource module: Windows?), so it is not '
+                'published')
+        self._memory.reset()
+        self._folded = {}
+        unknown, iters = self._unknown, self._iters
+        self._new_interval()
+        scalars = self._scalars(maxima, sums, iters, unknown)
+        runner.visualizer.add_scalars(scalars, step=step)
+        if logged:
+            self._to_message_hub(
+                runner, {
+                    TEXT_KEYS[key]: value
+                    for key, value in scalars.items() if key in TEXT_KEYS
+                })
+        if running and restart:
+            self._stamp = perf_counter()  # after the collective
+
+    def _local_figures(self) -> Tuple[dict, dict]:
+        """This rank's figures of the interval for :func:`reduce_interval`:
+        the maxima (peak memory, with the peaks read before validation
+        loops; the time) and the sums (samples, FLOPs, peak FLOP/s)."""
         memory = self._memory.read()  # before LoggerHook resets the peaks
         for name, value in self._folded.items():
             if memory[name] is not None:
@@ -291,18 +325,13 @@ class ThroughputHook(Hook):
             'throughput/flops': self._interval_flops(),
             'peak': self._peak() if self.count_flops else 0.0,
         }
-        maxima, sums = reduce_interval(maxima, sums)
-        missing = [k for k, held in maxima.items() if held is None]
-        if missing:
-            self._warn_once(
-                'memory', f'{OWNER}: {", ".join(missing)} cannot be read on '
-                'some rank (no resource module: Windows?), so it is not '
-                'published')
-        self._memory.reset()
-        self._folded = {}
-        unknown, iters = self._unknown, self._iters
-        self._new_interval()
+        return maxima, sums
 
+    def _scalars(self, maxima: dict, sums: dict, iters: int,
+                 unknown: Optional[str]) -> Dict[str, float]:
+        """The published figures from the reduced ``maxima`` and ``sums``
+        of an interval of ``iters`` iterations (``unknown``: this rank's
+        batch type without rows, if any)."""
         scalars: Dict[str, float] = {}
         for key, held in maxima.items():
             if held is not None and key.startswith('memory/'):
@@ -313,6 +342,13 @@ class ThroughputHook(Hook):
         per_s = 1.0 / seconds if seconds > 0 else None
         if per_s is not None:
             scalars['throughput/iters_per_s'] = iters * per_s
+        self._rates(scalars, sums, per_s, unknown)
+        return scalars
+
+    def _rates(self, scalars: Dict[str, float], sums: dict,
+               per_s: Optional[float], unknown: Optional[str]) -> None:
+        """Add samples, FLOPs, their rates and MFU to ``scalars`` where
+        every rank knows them (warned once where not)."""
         samples, flops = sums['throughput/samples'], sums['throughput/flops']
         if samples is None:
             self._warn_once(
@@ -339,15 +375,6 @@ class ThroughputHook(Hook):
                         f'formats it ran ({sorted(self._flops.by_kind)}) is '
                         'not known on some rank; pass peak_flops=<FLOP/s of '
                         'one device>')
-        runner.visualizer.add_scalars(scalars, step=step)
-        if logged:
-            self._to_message_hub(
-                runner, {
-                    TEXT_KEYS[key]: value
-                    for key, value in scalars.items() if key in TEXT_KEYS
-                })
-        if running and restart:
-            self._stamp = perf_counter()  # after the collective
 
     def _to_message_hub(self, runner: Runner, text: Dict[str, float]) -> None:
         """The text line's keys, latest value only; a key without a value

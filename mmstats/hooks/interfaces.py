@@ -1,0 +1,91 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""What mmstats' hooks tell each other, and all of it: no hook imports
+another hook, a hook that offers something inherits one of these classes,
+and a hook that needs it looks it up among the Runner's hooks by class.
+
+- :class:`StatisticsPublisher` (StatsCollectorHook): when the training
+  statistics are published. ModuleStatsHook arms its probes on those
+  iterations (:func:`find_publisher`).
+- :class:`NonfiniteOriginSource` (ModuleStatsHook with its watch): where
+  a non-finite value started. StatsCollectorHook asks every source when a
+  publication finds NaN/inf values (:func:`nonfinite_origins`).
+"""
+from __future__ import annotations
+from typing import TYPE_CHECKING, List, Optional
+
+from .schedule import find_hook
+
+if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
+    from mmengine.runner import Runner
+
+__all__ = [
+    'StatisticsPublisher', 'NonfiniteOriginSource', 'find_publisher',
+    'nonfinite_origins'
+]
+
+
+class StatisticsPublisher:
+    """A hook that publishes the training statistics says when.
+
+    Example:
+        >>> class EveryFifth(StatisticsPublisher):
+        ...     def publishes_after(self, runner, batch_idx):
+        ...         return batch_idx % 5 == 4
+        >>> EveryFifth().publishes_after(None, 9)
+        True
+    """
+
+    def publishes_after(self, runner: Runner, batch_idx: int) -> bool:
+        """Whether the statistics are published after training iteration
+        ``batch_idx`` (also asked for iterations ahead of ``runner.iter``).
+        """
+        raise NotImplementedError
+
+
+class NonfiniteOriginSource:
+    """A hook that watches where non-finite values start says what it saw.
+
+    Example:
+        >>> class Quiet(NonfiniteOriginSource):
+        ...     def nonfinite_origin(self):
+        ...         return []
+        >>> Quiet().nonfinite_origin()
+        []
+    """
+
+    def nonfinite_origin(self) -> List[dict]:
+        """What this rank saw since the previous publication: one dict per
+        watch, ``NonfiniteWatch.take()``'s plus ``'every_iteration'``.
+        Called on every rank together, only when a publication found
+        NaN/inf values; may read device flags (a host sync)."""
+        raise NotImplementedError
+
+
+def find_publisher(runner: Runner) -> Optional[StatisticsPublisher]:
+    """The Runner's hook that publishes the training statistics, or None.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> find_publisher(SimpleNamespace(hooks=[])) is None
+        True
+    """
+    return find_hook(runner, StatisticsPublisher)
+
+
+def nonfinite_origins(runner: Runner) -> List[dict]:
+    """What every :class:`NonfiniteOriginSource` among the Runner's hooks
+    saw (a host sync where a source reads device flags).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> class Source(NonfiniteOriginSource):
+        ...     def nonfinite_origin(self):
+        ...         return [dict(forward=None, backward=None)]
+        >>> nonfinite_origins(SimpleNamespace(hooks=[Source(), object()]))
+        [{'forward': None, 'backward': None}]
+    """
+    return [
+        origin for hook in getattr(runner, 'hooks', ())
+        if isinstance(hook, NonfiniteOriginSource)
+        for origin in hook.nonfinite_origin()
+    ]
