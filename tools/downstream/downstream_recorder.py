@@ -11,8 +11,9 @@ every published number in float64 from what it wrote:
   the norm of its gradients and ``||w_after - w_before|| / ||w_before||``
   over the parameters that have one; the norm of all gradients;
 - per precise-BN recomputation (a BN layer in training mode called with
-  gradients off): each batch's per-channel count, sum and sum of squared
-  deviations of every BN layer's input;
+  gradients off): each batch's number of samples and per-channel count,
+  sum and sum of squared deviations of every BN layer's input; every BN
+  layer's buffers right before and right after it;
 - every BN layer's buffers and mode, and the frozen parameters, before and
   after training.
 
