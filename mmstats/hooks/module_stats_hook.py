@@ -22,12 +22,12 @@ from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 from torch import nn
 
+from mmstats.health import NonfiniteWatch
 from mmstats.module_stats import (ActivationProbes, ModuleNorms, StepProbe,
                                   build_step_probes, in_backward)
 from mmstats.registry import HOOKS
 from mmstats.sharding import ParamLayout, unwrap_model
 from mmstats.stats import report
-from mmstats.stats.nonfinite import NonfiniteWatch
 from mmstats.utils.args import (check_bool, check_keywords, check_names,
                                 check_str, compile_regex,
                                 refuse_second_instance, unmatched_alternatives)

@@ -8,20 +8,17 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
-from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.hooks.hook import DATA_BATCH
 from mmengine.logging import HistoryBuffer, MessageHub, print_log
-from mmengine.visualization import TensorboardVisBackend, WandbVisBackend
 
 from mmstats.dist import slowest_rank
+from mmstats.health import (SpikeDetector, SpikeError, describe_origins,
+                            gather_origins, rank_origin, sketch_histogram)
+from mmstats.health.histogram_writer import add_histogram, histogram_writers
+from mmstats.health.histograms import MAX_BUCKETS
 from mmstats.registry import HOOKS
 from mmstats.stats import STAT_NAMES, Collector, phase, report
-from mmstats.stats.histograms import (MAX_BUCKETS, numpy_histogram,
-                                      sketch_histogram)
-from mmstats.stats.nonfinite import (describe_origins, gather_origins,
-                                     rank_origin)
-from mmstats.stats.spikes import SpikeDetector, SpikeError
 from mmstats.utils.args import (check_bool, check_choice, check_keywords,
                                 check_log_interval, check_names,
                                 check_positive_int, check_real, check_str,
@@ -160,7 +157,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         spike_window (int): Publications of history per watched name.
             Defaults to 20.
         on_spike (str): ``'warn'`` (one warning per publication) or
-            ``'raise'`` (:class:`~mmstats.stats.spikes.SpikeError` on every
+            ``'raise'`` (:class:`~mmstats.health.SpikeError` on every
             rank at the same iteration, after that publication's statistics
             were written). Defaults to ``'warn'``.
         histogram_regex (str, optional): Names (without ``val/``/``test/``;
@@ -294,7 +291,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
                                             self.by_epoch)
         self._start_run()
         if self.histogram_regex is not None:
-            self._hist_writers = _histogram_writers(runner)
+            self._hist_writers = histogram_writers(runner.visualizer)
         self.collectors = {
             mode:
             Collector(
@@ -533,7 +530,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
                 continue
             tag = f'{self.prefix}/{name}/hist'
             for backend in self._hist_writers:
-                _add_histogram(backend, tag, hist, step)
+                add_histogram(backend, tag, hist, step)
 
     def _to_hub_history(self, hub: MessageHub, scalars: dict) -> None:
         """The ``<prefix>/<name>/<stat>`` keys of the names ``hub_regex``
@@ -661,40 +658,6 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
                          metrics: Optional[Dict[str, float]] = None) -> None:
         """Publish the ``test/`` values."""
         self._leave(runner, 'test')
-
-
-def _histogram_writers(runner: Runner) -> list:
-    """Rank 0's TensorBoard and W&B backends of ``runner.visualizer``
-    (mmengine has no histogram call: their writers are used); a warning
-    where there is none."""
-    if not is_main_process():
-        return []
-    backends = getattr(runner.visualizer, '_vis_backends', None) or {}
-    writers = [
-        b for b in backends.values()
-        if isinstance(b, (TensorboardVisBackend, WandbVisBackend))
-    ]
-    if not writers:
-        print_log(
-            'StatsCollectorHook: histogram_regex is set but the visualizer '
-            'has no TensorboardVisBackend or WandbVisBackend, so no '
-            'histogram is written (the quantile scalars are); add one, e.g. '
-            'visualizer=dict(type=\'Visualizer\', vis_backends=[dict(type='
-            '\'LocalVisBackend\'), dict(type=\'TensorboardVisBackend\')])',
-            'current',
-            level=logging.WARNING)
-    return writers
-
-
-def _add_histogram(backend: Any, tag: str, hist: Any, step: int) -> None:
-    """Write ``hist`` (:class:`~mmstats.stats.histograms.Histogram`) with
-    a TensorBoard or W&B backend's writer."""
-    writer = backend.experiment
-    if isinstance(backend, TensorboardVisBackend):
-        writer.add_histogram_raw(tag, *hist, global_step=step)
-    else:  # W&B: joins the scalars that the visualizer commits next
-        writer.log({tag: writer.Histogram(np_histogram=numpy_histogram(hist))},
-                   commit=False)
 
 
 def _hub_scalar(hub: MessageHub, key: str, value: float) -> None:

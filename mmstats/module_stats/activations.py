@@ -28,8 +28,8 @@ import torch
 from torch import nn
 from torch.fx.node import has_side_effect
 
+from mmstats.health import NonfiniteWatch
 from mmstats.stats import report
-from mmstats.stats.nonfinite import NonfiniteWatch
 
 __all__ = ['ActivationProbes', 'in_backward', 'floating_tensors']
 

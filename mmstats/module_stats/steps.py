@@ -32,8 +32,8 @@ from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper
 from torch import Tensor
 
+from mmstats.health import NonfiniteWatch
 from mmstats.sharding import ParamPart, sum_squares
-from mmstats.stats.nonfinite import NonfiniteWatch
 from .optimizer_state import MOMENT_ROWS, moment_sums
 
 __all__ = ['StepProbe', 'build_step_probes', 'deepspeed_readable']

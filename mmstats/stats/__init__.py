@@ -21,9 +21,9 @@ Modules, in the order a value passes them (``docs/architecture.md``):
 counts) -> :mod:`.collector` (``Collector``) -> :mod:`.protocol` (the
 cross-rank reduction and its collectives); :mod:`.workers` (values from
 DataLoader workers ride with their batches); pure kernels: :mod:`.moments`,
-:mod:`.sketch` (quantile sketches) and :mod:`.sketch_sum` (their exchange);
-on published statistics: :mod:`.spikes` (spike detection) and
-:mod:`.histograms` (merged sketches as TensorBoard / W&B histograms).
+:mod:`.sketch` (quantile sketches) and :mod:`.sketch_sum` (their exchange).
+What reads the published statistics (spikes, histograms) is
+:mod:`mmstats.health`.
 """
 from .collector import STAT_NAMES, Collector
 from .reporting import (REPORTER, phase, report, report0, reset,

@@ -324,7 +324,7 @@ class Collector:
     def sketch(self, name: str) -> Optional[Sketch]:
         """The merged (all-rank) quantile sketch of ``name`` published by
         the last :meth:`update` (None without ``sketch=True`` or for a name
-        not published); see :mod:`mmstats.stats.histograms`."""
+        not published); see :mod:`mmstats.health.histograms`."""
         return self._sketches.get(name)
 
     def is_new(self, name: str) -> bool:

@@ -19,7 +19,7 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.runner import Runner
 
-import mmstats.stats.nonfinite as nonfinite
+import mmstats.health.nonfinite as nonfinite
 from tests.helpers.module_stats import RawRecorder, module_stats_cfg
 from tests.helpers.runner import gloo_launch
 

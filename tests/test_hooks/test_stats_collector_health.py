@@ -18,8 +18,8 @@ from mmengine.registry import HOOKS as ROOT_HOOKS
 from mmengine.runner import Runner
 
 from mmstats import report
+from mmstats.health.spikes import SpikeError
 from mmstats.stats.sketch import DEFAULT_BUCKETS
-from mmstats.stats.spikes import SpikeError
 from tests.helpers.dist import run_distributed
 from tests.helpers.logs import mmengine_logs, warnings_logged
 from tests.helpers.runner import gloo_launch, read_scalars, toy_cfg
@@ -566,7 +566,7 @@ def test_two_ranks_wandb_histograms_merge_every_rank(tmp_path):
 def test_real_wandb_accepts_the_histogram():
     wandb = pytest.importorskip(
         'wandb', reason='pip install wandb (tests extra)')
-    from mmstats.stats.histograms import numpy_histogram, sketch_histogram
+    from mmstats.health.histograms import numpy_histogram, sketch_histogram
     from mmstats.stats.sketch import bucket_counts
     x = torch.randn(10000, dtype=torch.float64) * 1e3
     hist = sketch_histogram(

@@ -8,9 +8,9 @@ import torch
 from mmengine.optim import OptimWrapper
 from torch import nn
 
+from mmstats.health import NonfiniteWatch
 from mmstats.module_stats import StepProbe
 from mmstats.sharding import ParamLayout
-from mmstats.stats.nonfinite import NonfiniteWatch
 
 WATCHED = ['0', '1', '2']  # net[3] is not watched
 

@@ -1,11 +1,11 @@
-"""mmstats.stats.histograms: a sketch's histogram counts every value in the
+"""mmstats.health.histograms: a sketch's histogram counts every value in the
 bucket TensorBoard reads it in, over gaps, zeros, both signs, collapsed
 magnitudes and merged (capped) buckets; recomputed from the raw values."""
 import numpy as np
 import pytest
 import torch
 
-from mmstats.stats.histograms import numpy_histogram, sketch_histogram
+from mmstats.health.histograms import numpy_histogram, sketch_histogram
 from mmstats.stats.sketch import DEFAULT_BUCKETS, LogBuckets, bucket_counts
 
 

@@ -9,8 +9,8 @@ from unittest.mock import patch
 import pytest
 import torch
 
-import mmstats.stats.nonfinite as nonfinite
-from mmstats.stats.nonfinite import NonfiniteWatch
+import mmstats.health.nonfinite as nonfinite
+from mmstats.health.nonfinite import NonfiniteWatch
 
 NAMES = ['a', 'b', 'c', 'd']
 
@@ -82,7 +82,7 @@ def test_reset_forgets():
 
 
 def test_the_text_stays_short_on_many_ranks():
-    from mmstats.stats.nonfinite import describe_origins
+    from mmstats.health.nonfinite import describe_origins
     origins = [
         dict(rank=r, host=f'h{r // 8}', names={'loss': 1}, modules=[])
         for r in range(64)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mmstats.stats.spikes import MIN_HISTORY, Spike, SpikeDetector
+from mmstats.health.spikes import MIN_HISTORY, Spike, SpikeDetector
 
 
 def _fed(values, factor=4., window=20, name='x'):

@@ -43,9 +43,9 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.utils import ManagerMixin
 
+from mmstats.health import NonfiniteWatch
 from mmstats.hooks.stats_collector_hook import StatsCollectorHook
 from mmstats.module_stats import ActivationProbes, StepProbe, norms
-from mmstats.stats.nonfinite import NonfiniteWatch
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from module_stats import DEMO_MODULES, INTERVAL, demo_runner  # noqa: E402
@@ -64,8 +64,8 @@ ADDS_NAMES = ('optimizer_state=True', )
 #: ActivationProbes.record on the iterations it runs for the watch only (on
 #: the instrumented ones it reports the outputs, as in the baseline)
 OWN_FUNCTIONS = {
-    'optimizer_state=True': ((StepProbe, ('_moment_sums', )),
-                             (norms, ('moment_norms', ))),
+    'optimizer_state=True':
+    ((StepProbe, ('_moment_sums', )), (norms, ('moment_norms', ))),
     'watch_nonfinite=True':
     ((NonfiniteWatch, ('begin_iteration', 'forward', 'end_iteration',
                        'backward_parts', '_fold')),

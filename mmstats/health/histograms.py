@@ -4,14 +4,15 @@ TensorBoard (``SummaryWriter.add_histogram_raw``) and W&B
 (``wandb.Histogram(np_histogram=...)``) take: no raw value is touched.
 
 A sketch bucket holds the magnitudes in ``(gamma^(k-1), gamma^k]``
-(:mod:`.sketch`); the histogram keeps those edges (log-spaced, 2% wide at
-the default accuracy), with an empty bucket over every gap between the
-buckets seen (TensorBoard reads a bucket as ``(previous limit, limit]``,
-so a gap must not widen its neighbour), the first bucket starting at the
-exact minimum and the last ending at the exact maximum. Collapsed
-magnitudes (:mod:`.sketch`) are one bucket per sign reaching to zero. More
-than ``max_buckets`` buckets are merged in runs of equal length (counts
-added): still exact counts, coarser edges. See
+(:mod:`mmstats.stats.sketch`); the histogram keeps those edges
+(log-spaced, 2% wide at the default accuracy), with an empty bucket over
+every gap between the buckets seen (TensorBoard reads a bucket as
+``(previous limit, limit]``, so a gap must not widen its neighbour), the
+first bucket starting at the exact minimum and the last ending at the
+exact maximum. Collapsed magnitudes (:mod:`mmstats.stats.sketch`) are one
+bucket per sign reaching to zero. More than ``max_buckets`` buckets are
+merged in runs of equal length (counts added): still exact counts,
+coarser edges. See
 ``docs/spikes_histograms.md``.
 """
 import math
@@ -19,7 +20,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from .sketch import DEFAULT_BUCKETS, FIRST, LogBuckets, Sketch
+from mmstats.stats.sketch import DEFAULT_BUCKETS, FIRST, LogBuckets, Sketch
 
 __all__ = ['Histogram', 'sketch_histogram', 'numpy_histogram', 'MAX_BUCKETS']
 

@@ -1,0 +1,23 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Training health, read from published (all-rank) statistics and from
+the model: what ``StatsCollectorHook`` and ``ModuleStatsHook`` warn about
+or draw, without a Runner.
+
+Modules: :mod:`.spikes` (a published statistic far above its recent
+history), :mod:`.histograms` (merged quantile sketches as TensorBoard's
+and W&B's histograms), :mod:`.histogram_writer` (writing them with
+mmengine's TensorBoard and W&B backends), :mod:`.nonfinite` (where a
+NaN/inf started: device-side flags per module, gathered and described
+only when a publication found one). ``docs/spikes_histograms.md``,
+``docs/nonfinite.md``.
+"""
+from .histograms import Histogram, numpy_histogram, sketch_histogram
+from .nonfinite import (NonfiniteWatch, describe_origins, gather_origins,
+                        rank_origin)
+from .spikes import Spike, SpikeDetector, SpikeError
+
+__all__ = [
+    'Histogram', 'sketch_histogram', 'numpy_histogram', 'NonfiniteWatch',
+    'rank_origin', 'gather_origins', 'describe_origins', 'Spike',
+    'SpikeDetector', 'SpikeError'
+]
