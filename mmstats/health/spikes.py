@@ -8,11 +8,13 @@ same order takes the same decisions, without a collective. See
 """
 import math
 from collections import deque
-from typing import Deque, Dict, List, Mapping, NamedTuple
+from typing import Deque, Dict, List, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ['Spike', 'SpikeDetector', 'SpikeError', 'MIN_HISTORY']
+__all__ = [
+    'Spike', 'SpikeDetector', 'SpikeError', 'MIN_HISTORY', 'describe_spikes'
+]
 
 #: Publications a name needs before it can spike (fewer when the window is
 #: shorter): the first intervals of a run have no history to compare with.
@@ -130,3 +132,21 @@ class SpikeDetector:
                               abs(value) / median, len(history)))
             history.append(value)
         return spikes
+
+
+def describe_spikes(spikes: Sequence[Spike], stat: str,
+                    ranks: Mapping[str, int]) -> str:
+    """The text of ``spikes`` of statistic ``stat``, each with the rank
+    that reported the largest value of its name (``ranks``).
+
+    Example:
+        >>> describe_spikes([Spike('loss', 40., 2., 20., 5)], 'max',
+        ...                 {'loss': 3})
+        'loss max 40 is 20x the median 2 of its last 5 publications \
+(largest value from rank 3)'
+    """
+    return '; '.join(
+        f'{spike.name} {stat} {spike.value:.6g} is '
+        f'{spike.ratio:.3g}x the median {spike.median:.6g} of its last '
+        f'{spike.count} publications '
+        f'(largest value from rank {ranks[spike.name]})' for spike in spikes)

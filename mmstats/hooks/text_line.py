@@ -13,7 +13,9 @@ from mmengine.logging import HistoryBuffer, MessageHub
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import LogProcessor
 
-__all__ = ['hub_latest', 'log_current_value', 'write_text_line']
+__all__ = [
+    'hub_latest', 'log_current_value', 'write_text_line', 'log_own_line'
+]
 
 
 def hub_latest(hub: MessageHub, key: str, value: float) -> None:
@@ -99,3 +101,24 @@ def write_text_line(runner: Any,
         if isinstance(processor, LogProcessor):
             log_current_value(processor, key)
     return keys
+
+
+def log_own_line(runner: Any, head: str, text: Dict[str, float]) -> None:
+    """Log a line of the hook's own where LoggerHook writes none: ``head``
+    and ``text`` in LogProcessor's number format (nothing without
+    ``text``).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from mmengine.runner import LogProcessor
+        >>> lines = []
+        >>> runner = SimpleNamespace(log_processor=LogProcessor(),
+        ...                          logger=SimpleNamespace(info=lines.append))
+        >>> log_own_line(runner, 'Epoch(train) [1]', {'loss/mean': 0.5})
+        >>> lines
+        ['Epoch(train) [1]  loss/mean: 0.5000']
+    """
+    if text:
+        digits = getattr(runner.log_processor, 'num_digits', 4)
+        runner.logger.info(f'{head}  ' + '  '.join(f'{k}: {v:.{digits}f}'
+                                                   for k, v in text.items()))
