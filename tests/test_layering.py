@@ -1,6 +1,9 @@
-"""The layering of docs/architecture.md: the cores (``mmstats/stats``,
-``mmstats/precise_bn``) import nothing of mmengine's Runner or of the hooks;
-Runner-facing code lives under ``mmstats/hooks``."""
+"""The layering of docs/architecture.md: the core packages (``stats``, the
+report side; ``precise_bn``, ``module_stats``, ``health``, ``throughput``,
+``wrappers``) import nothing of mmengine's Runner or of the hooks, and no
+module imports from a layer above its own; Runner-facing code lives under
+``mmstats/hooks``, where hooks stay thin (no tensor math, no collective, no
+hook importing another)."""
 import ast
 import pathlib
 import re
@@ -10,8 +13,9 @@ import pytest
 import mmstats
 
 ROOT = pathlib.Path(mmstats.__file__).parent
-CORES = sorted(
-    p for core in ('stats', 'precise_bn') for p in (ROOT / core).glob('*.py'))
+CORE_PACKAGES = ('stats', 'precise_bn', 'module_stats', 'health', 'throughput',
+                 'wrappers')
+CORES = sorted(p for core in CORE_PACKAGES for p in (ROOT / core).glob('*.py'))
 FORBIDDEN = ('mmengine.runner', 'mmstats.hooks', 'mmengine.hooks')
 
 
@@ -218,3 +222,183 @@ def test_the_state_check_sees_a_foreign_write(tmp_path):
                     'REPORTER.enabled = True\n')
     assert [w.split()[1] for w in state_writes([fake], set())
             ] == ['REPORTER.enabled', 'store.empty.add', 'store.empty']
+
+
+# -- layers: nothing runs back up -------------------------------------------
+#: mmstats' layers, lowest first. A module imports from its own package or
+#: module, or from a lower layer: never from a layer above, never from
+#: another package of its own layer.
+LAYERS = (
+    ('mmstats.version', 'mmstats.utils'),
+    ('mmstats.dist', 'mmstats.registry'),
+    ('mmstats.sharding', ),
+    ('mmstats.stats', ),  # the report side
+    ('mmstats.health', 'mmstats.throughput', 'mmstats.precise_bn',
+     'mmstats.wrappers', 'mmstats.training_stats'),
+    ('mmstats.module_stats', ),
+    ('mmstats.hooks', ),
+)
+
+
+def unit_of(module: str) -> tuple:
+    """``(layer, unit)`` of an mmstats module; the root package is above
+    every layer."""
+    for layer, units in enumerate(LAYERS):
+        for unit in units:
+            if module == unit or module.startswith(unit + '.'):
+                return layer, unit
+    assert module == 'mmstats', f'{module} is in no layer of LAYERS'
+    return len(LAYERS), module
+
+
+def upward_imports(graph: dict) -> list:
+    """``'importer -> imported'`` for every import into a higher layer or
+    into another unit of the same layer."""
+    found = []
+    for name, edges in graph.items():
+        layer, unit = unit_of(name)
+        for target in sorted(edges):
+            their_layer, their_unit = unit_of(target)
+            if their_unit != unit and their_layer >= layer:
+                found.append(f'{name} -> {target}')
+    return found
+
+
+def test_nothing_runs_back_up():
+    assert upward_imports(import_graph(PACKAGE)) == []
+
+
+def test_every_module_is_in_a_layer():
+    assert all(unit_of(module_name(path)) for path in PACKAGE)
+
+
+def test_the_layer_check_sees_an_import_going_up(tmp_path):
+    graph = {
+        'mmstats.stats.reporting': {'mmstats.health.spikes'},  # up
+        'mmstats.health.spikes': {'mmstats.throughput'},  # sideways
+        'mmstats.module_stats.norms': {'mmstats.health', 'mmstats.dist'},
+        'mmstats.hooks.x_hook': {'mmstats.hooks.schedule'},  # own package
+    }
+    assert upward_imports(graph) == [
+        'mmstats.stats.reporting -> mmstats.health.spikes',
+        'mmstats.health.spikes -> mmstats.throughput'
+    ]
+
+
+# -- thin hooks -------------------------------------------------------------
+HOOKS = sorted((ROOT / 'hooks').glob('*.py'))
+MAX_HOOK_FILE_LINES = 500
+MAX_FUNCTION_LINES = 60
+#: Calls a hook leaves to the library packages. Called by any name
+#: (``all_reduce(x)``, ``dist.all_reduce(x)``): the collectives and the
+#: sharded sums; as a method or a ``torch.`` function (``x.sum()``,
+#: ``torch.cat(...)``): tensor math. And every ``torch._foreach_*``.
+COLLECTIVES_AND_SUMS = ('all_reduce', 'all_gather', 'all_gather_object',
+                        'all_to_all', 'broadcast', 'broadcast_object_list',
+                        'reduce', 'reduce_scatter', 'gather', 'scatter',
+                        'barrier', 'segment_sum', 'segment_reduce',
+                        'sum_squares', 'float64_dots', 'scaled_all_reduce',
+                        'sum_all_reduce')
+TENSOR_MATH = ('zeros', 'zeros_like', 'ones', 'ones_like', 'empty', 'full',
+               'tensor', 'as_tensor', 'arange', 'stack', 'cat', 'concat',
+               'sum', 'mean', 'std', 'var', 'sqrt', 'sqrt_', 'norm', 'mul',
+               'mul_', 'add_', 'sub_', 'div', 'div_', 'matmul', 'einsum',
+               'where', 'index_add', 'index_add_', 'clamp', 'clamp_min', 'abs',
+               'amax', 'amin', 'flatten', 'view', 'reshape', 'to', 'double',
+               'float', 'tolist', 'item')
+
+
+def tensor_calls(path: pathlib.Path) -> list:
+    """``'file:line call'`` of every call in ``path`` to a name of
+    ``COLLECTIVES_AND_SUMS`` or ``TENSOR_MATH`` (see above)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(
+            func, 'id', '')
+        if (name in COLLECTIVES_AND_SUMS or name.startswith('_foreach_')
+                or (isinstance(func, ast.Attribute) and name in TENSOR_MATH)):
+            found.append(f'{path.name}:{node.lineno} {ast.unparse(func)}')
+    return found
+
+
+def test_hooks_hold_no_tensor_math_and_no_collective():
+    assert [c for path in HOOKS for c in tensor_calls(path)] == []
+
+
+def test_the_tensor_check_sees_math_and_collectives(tmp_path):
+    fake = tmp_path / 'x_hook.py'
+    fake.write_text('def f(x, dist, runner):\n'
+                    '    all_reduce(x)\n    dist.all_gather(x)\n'
+                    '    torch._foreach_norm([x])\n    y = x.sum()\n'
+                    '    torch.cat([x])\n    sum([1, 2])\n'
+                    '    runner.hooks.index(0)\n')
+    assert [c.split()[1] for c in tensor_calls(fake)] == [
+        'all_reduce', 'dist.all_gather', 'torch._foreach_norm', 'x.sum',
+        'torch.cat'
+    ]
+
+
+def hook_imports(graph: dict) -> list:
+    """``'hook -> hook'`` where a ``*_hook`` module imports another."""
+    return [
+        f'{name} -> {target}' for name, edges in graph.items()
+        for target in sorted(edges) if name.endswith('_hook')
+        and target.endswith('_hook') and target != name
+    ]
+
+
+def test_no_hook_imports_another_hook():
+    assert hook_imports(import_graph(PACKAGE)) == []
+
+
+def test_the_hook_import_check_sees_one(tmp_path):
+    graph = {
+        'mmstats.hooks.a_hook':
+        {'mmstats.hooks.b_hook', 'mmstats.hooks.interfaces'},
+        'mmstats.hooks': {'mmstats.hooks.a_hook'},  # the package exports
+    }
+    assert hook_imports(graph) == [
+        'mmstats.hooks.a_hook -> mmstats.hooks.b_hook'
+    ]
+
+
+@pytest.mark.parametrize('path', HOOKS, ids=lambda p: p.name)
+def test_no_hook_file_is_long(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_HOOK_FILE_LINES, f'{path.name}: {lines} lines'
+
+
+def long_functions(path: pathlib.Path, limit: int) -> list:
+    """``'file:line name (n lines)'`` of every function of ``path`` longer
+    than ``limit`` lines: from its ``def`` to its last line, its docstring
+    left out."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        lines = node.end_lineno - node.lineno + 1
+        doc = node.body[0]
+        if isinstance(doc, ast.Expr) and isinstance(
+                doc.value, ast.Constant) and isinstance(doc.value.value, str):
+            lines -= doc.end_lineno - doc.lineno + 1
+        if lines > limit:
+            found.append(f'{path.name}:{node.lineno} {node.name} '
+                         f'({lines} lines)')
+    return found
+
+
+def test_no_function_in_mmstats_is_long():
+    assert [
+        f for path in PACKAGE for f in long_functions(path, MAX_FUNCTION_LINES)
+    ] == []
+
+
+def test_the_length_check_counts_code_not_docstrings(tmp_path):
+    fake = tmp_path / 'x.py'
+    fake.write_text('def short():\n    """One\n    two\n    three."""\n'
+                    '    return 1\n\n\ndef long():\n    a = 1\n'
+                    '    b = 2\n    return a + b\n')
+    assert long_functions(fake, 3) == ['x.py:8 long (4 lines)']
