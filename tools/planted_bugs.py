@@ -144,7 +144,7 @@ BUGS = [
         'self.recorder.counts[:] = [0] * len(self.recorder.counts)', 'pass',
         ('tests/test_precise_bn/test_recorder.py', )),
     Bug('B22', 'the slowest rank chosen by time instead of data_time',
-        'mmstats/hooks/stats_layout.py', "if key == 'data_time':",
+        'mmstats/hooks/text_line.py', "if key == 'data_time':",
         "if key == 'time':",
         ('tests/test_hooks/test_stats_collector_hook.py', )),
     # sharded training (issue 25)

@@ -2,7 +2,7 @@
 """StatsCollectorHook: publish what :func:`mmstats.report` recorded, where
 LoggerHook logs: its collectors updated on every rank, their statistics to
 the visualizers, the message hub and LoggerHook's line
-(:mod:`.stats_layout`), the health checks of :mod:`mmstats.health` run on
+(:mod:`.text_line`), the health checks of :mod:`mmstats.health` run on
 them. Its argument checks are :mod:`.stats_collector_args`."""
 from __future__ import annotations
 import logging
@@ -26,10 +26,10 @@ from .interfaces import StatisticsPublisher, nonfinite_origins
 from .schedule import PublicationSchedule
 from .stats_collector_args import (check_collector_args, check_health_args,
                                    optional_regex, quantile_levels)
-from .stats_layout import (OUTPUTS_PREFIX, NameMatch, StatsLayout,
-                           collector_patterns, report_iteration_times)
 from .strategies import refuse_unchecked_strategy
-from .text_line import log_own_line
+from .text_line import (OUTPUTS_PREFIX, NameMatch, StatsLayout,
+                        collector_patterns, log_own_line,
+                        report_iteration_times)
 from .worker_loaders import WorkerBatches
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
