@@ -15,21 +15,31 @@ torch.compile's inductor cache is the suite's own directory
 (:mod:`tests.helpers.compile_cache`), set here before anything compiles:
 rank processes, subprocesses and xdist workers inherit it. A
 ``TORCHINDUCTOR_CACHE_DIR`` set by the user is used as it is.
+
+One torch thread (``OMP_NUM_THREADS=1`` unless set), as ``make demo`` and
+the gloo ranks use: the suite's models are tiny, and a second intra-op
+thread per process only spins on a busy 2-core machine (the demo's 8-epoch
+training in a subprocess: 11 s of CPU with one thread, 36 s with two).
+Subprocesses and xdist workers inherit it.
 """
 import os
 import os.path as osp
 import types
 
 import pytest
+import torch
 
 from mmstats.stats import reporting
 from tests.helpers.compile_cache import (close_cache, open_cache,
                                          suite_cache_dir)
+from tests.helpers.loader_workers import stop_loader_workers
 from tests.helpers.runner import clear_mmengine_singletons
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 INDUCTOR_CACHE = suite_cache_dir()
 os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', INDUCTOR_CACHE)
+os.environ.setdefault('OMP_NUM_THREADS', '1')
+torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
 _TEST_DIRS = (osp.join(ROOT, 'tests'), osp.join(ROOT, 'projects'))
 # marker -> names whose use (in the test or a test helper it calls) sets it
 _MARKER_NAMES = {
@@ -101,6 +111,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker('slow')
         if item.get_closest_marker('dist') is not None:
             item.add_marker(pytest.mark.xdist_group('dist'))
+    if getattr(config.option, 'loadgroup', False):  # an xdist worker
+        for item in items:
+            _name_the_group(item)
+
+
+def _name_the_group(item) -> None:
+    """Append ``@GROUP`` to the node id of an ``xdist_group`` test, which
+    is how ``--dist loadgroup`` sends a group to one worker. pytest-xdist
+    3.8 writes ``item._nodeid``, which pytest >= 9.2 no longer reads (the
+    id is ``item._id``): without this every group was spread over both
+    workers (two pools of ranks, a module fixture run twice)."""
+    names = sorted({
+        str(m.args[0] if m.args else m.kwargs.get('name', 'default'))
+        for m in item.iter_markers('xdist_group')
+    })
+    if not names or '@' in item.nodeid.rpartition(']')[2]:
+        return
+    nodeid = f"{item.nodeid}@{'_'.join(names)}"
+    if hasattr(item, '_id'):
+        from _pytest.nodeid import coerce_node_id
+        item._id = coerce_node_id(nodeid)
+    else:
+        item._nodeid = nodeid
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -136,6 +169,16 @@ def _fresh_reporting():
     reporting.reset()
     yield
     reporting.reset()
+
+
+@pytest.fixture(autouse=True)
+def _loader_workers_stopped():
+    """The DataLoader workers a test started are stopped when it ends, not
+    in a later test's garbage collection (5 s per worker there: see
+    :mod:`tests.helpers.loader_workers`)."""
+    yield
+    from tests.helpers.dist import pool_pids
+    stop_loader_workers(keep=set(pool_pids().values()))
 
 
 @pytest.fixture

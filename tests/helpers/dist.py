@@ -73,7 +73,9 @@ class _TaskState:
 
     def restore(self) -> None:
         from mmstats.stats import reporting
+        from tests.helpers.loader_workers import stop_loader_workers
         from tests.helpers.runner import clear_mmengine_singletons
+        stop_loader_workers()  # before the collection below (5 s each)
         reporting.reset()
         clear_mmengine_singletons()
         if dict(os.environ) != self.environ:
