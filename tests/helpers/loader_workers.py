@@ -30,7 +30,8 @@ def stop_loader_workers(keep=()) -> int:
     from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
     stopped = 0
     for obj in gc.get_objects():
-        if isinstance(obj, _MultiProcessingDataLoaderIter) and \
+        # type(), not isinstance(): a dead weak proxy raises on the latter
+        if issubclass(type(obj), _MultiProcessingDataLoaderIter) and \
                 not getattr(obj, '_shutdown', True):
             obj._shutdown_workers()
             stopped += 1
