@@ -73,10 +73,11 @@ def add_histogram(backend: Any, tag: str, hist: Histogram, step: int) -> None:
                    commit=False)
 
 
-def write_histograms(backends: List[Any], collector: Any,
-                     results: Dict[str, dict], wanted: Callable[[str], bool],
-                     source: Callable[[str], str], prefix: str,
-                     max_buckets: int, step: int) -> None:
+def write_histograms(backends: List[Any], collector: Any, results: Dict[str,
+                                                                        dict],
+                     wanted: Callable[[str], bool], source: Callable[[str],
+                                                                     str],
+                     prefix: str, max_buckets: int, step: int) -> None:
     """Write, with each of ``backends``, the all-rank histogram of every
     published name of ``results`` that is ``wanted`` and got values in
     ``collector``'s last update, as ``<prefix><name>/hist``.

@@ -18,7 +18,7 @@ from .steps import StepProbe, build_step_probes, deepspeed_readable
 
 __all__ = [
     'ActivationProbes', 'in_backward', 'floating_tensors', 'StepProbe',
-    'build_step_probes', 'deepspeed_readable', 'ModuleNorms',
-    'FIRST_MOMENTS', 'SECOND_MOMENTS', 'MOMENT_ROWS', 'float64_dots',
-    'moment_sums', 'moment_norms'
+    'build_step_probes', 'deepspeed_readable', 'ModuleNorms', 'FIRST_MOMENTS',
+    'SECOND_MOMENTS', 'MOMENT_ROWS', 'float64_dots', 'moment_sums',
+    'moment_norms'
 ]
