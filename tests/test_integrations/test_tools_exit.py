@@ -45,8 +45,7 @@ def test_tools_finish_the_process_group_after_the_run(monkeypatch, tool, argv):
     events = []
     monkeypatch.setattr(module, 'build_config',
                         lambda args: dict(launcher='none'))
-    monkeypatch.setattr(module, 'build_runner',
-                        lambda cfg: FakeRunner(events))
+    monkeypatch.setattr(module, 'build_runner', lambda cfg: FakeRunner(events))
     if tool == 'train':
         monkeypatch.setattr(module, 'report', lambda runner, metrics: None)
     monkeypatch.setattr(module, 'finish_distributed',
