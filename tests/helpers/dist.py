@@ -256,6 +256,9 @@ class _Pool:
                 failures[rank] = value
                 # a failed rank may leave the others in a collective
                 deadline = min(deadline, time.monotonic() + FAILURE_GRACE)
+        for rank in ranks:  # hung ranks: killed now, not asked to stop
+            if rank not in results and rank not in failures:
+                self.ranks[rank].proc.kill()
         if failures:
             rank = min(failures)
             raise RuntimeError(
