@@ -114,6 +114,21 @@ def pytest_collection_modifyitems(config, items):
     if getattr(config.option, 'loadgroup', False):  # an xdist worker
         for item in items:
             _name_the_group(item)
+        _slow_modules_first(items)
+
+
+def _slow_modules_first(items) -> None:
+    """Under xdist, the modules with a ``slow`` test (subprocesses,
+    torch.compile) run first, each kept whole (its module fixtures set up
+    once), in their order: loadgroup hands out the groups (largest first),
+    then single tests in collection order, so the long ones start early
+    and short ones fill the end, and neither worker waits for the other's
+    last subprocess training at the end of the session."""
+    slow = {
+        item.nodeid.split('::')[0]
+        for item in items if item.get_closest_marker('slow') is not None
+    }
+    items.sort(key=lambda item: item.nodeid.split('::')[0] not in slow)
 
 
 def _name_the_group(item) -> None:

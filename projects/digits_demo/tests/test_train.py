@@ -40,9 +40,10 @@ def test_iter_config_trains_with_a_real_runner(tmp_path, clean_mmengine):
 
 
 def test_demo_reaches_95_percent_and_reports_paths(tmp_path):
-    # the main job (`make demo`): both mmstats hooks on
+    # the main job (`make demo`): both mmstats hooks on; 4 of its 15
+    # epochs reach 98% (seed 0, one thread)
     out = run_train(MAIN_CONFIG, '--work-dir', str(tmp_path), '--cfg-options',
-                    'train_cfg.max_epochs=8')
+                    'train_cfg.max_epochs=4')
     assert out.returncode == 0, out.stderr[-3000:]
     line = re.search(r'^final validation: (.*)$', out.stdout, re.M).group(1)
     assert re.fullmatch(r'accuracy=[\d.]+', line), line  # metrics only
