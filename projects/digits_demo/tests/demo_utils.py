@@ -16,6 +16,8 @@ ITER_CONFIG = osp.join(PROJECT,
 MAIN_CONFIG = osp.join(
     PROJECT, 'configs/demo/resnet-mini_1xb64-precise-bn-stats_digits.py')
 RECORD_HOOK = 'tests.helpers.record_batches_hook'
+#: ``sitecustomize`` of the demo's environment (no DeepSpeed)
+LEAN_ENV = osp.join(osp.dirname(osp.abspath(__file__)), 'lean_env')
 
 
 def small_cfg(config: str = EPOCH_CONFIG,
@@ -52,10 +54,19 @@ def recording_config(tmp_path,
     return path
 
 
-def run_train(*args: str, env: dict = None, timeout: float = 300):
-    """Run tools/train.py in a fresh interpreter; return CompletedProcess."""
+def demo_env(env: dict = None) -> dict:
+    """The environment of the demo's tools as ``make demo`` installs them:
+    the repository importable, DeepSpeed absent (``lean_env``)."""
     env = dict(os.environ if env is None else env)
-    env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
+    env['PYTHONPATH'] = os.pathsep.join(
+        p for p in (LEAN_ENV, REPO, env.get('PYTHONPATH')) if p)
+    return env
+
+
+def run_train(*args: str, env: dict = None, timeout: float = 300):
+    """Run tools/train.py in a fresh interpreter (the demo's environment,
+    :func:`demo_env`); return CompletedProcess."""
+    env = demo_env(env)
     return subprocess.run(
         [sys.executable,
          osp.join(REPO, 'tools/train.py'), *args],

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from demo_utils import ITER_CONFIG, REPO, small_cfg
+from demo_utils import ITER_CONFIG, REPO, demo_env, small_cfg
 from mmengine.runner import Runner
 
 sys.path.insert(0, osp.join(REPO, 'tools', 'analysis'))
@@ -39,6 +39,7 @@ def test_precise_bn_vs_ema_reports_both_runs(tmp_path):
         str(tmp_path), '--out', out
     ],
                           cwd=REPO,
+                          env=demo_env(),
                           capture_output=True,
                           text=True,
                           timeout=300)

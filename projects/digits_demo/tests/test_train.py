@@ -7,12 +7,24 @@ import subprocess
 import sys
 
 import pytest
-from demo_utils import (EPOCH_CONFIG, ITER_CONFIG, MAIN_CONFIG, REPO,
+from demo_utils import (EPOCH_CONFIG, ITER_CONFIG, MAIN_CONFIG, REPO, demo_env,
                         recording_config, run_train, small_cfg)
 from mmengine.runner import Runner
 
 from tests.helpers.dist import free_port
 from tests.helpers.record_batches_hook import read_batches
+
+
+def test_the_tools_run_in_the_demos_environment():
+    """The demo's tools run in subprocesses as ``make demo`` installs
+    them: without DeepSpeed, whatever this environment has."""
+    out = subprocess.run([sys.executable, '-c', 'import deepspeed'],
+                         env=demo_env(),
+                         capture_output=True,
+                         text=True,
+                         timeout=60)
+    assert out.returncode != 0
+    assert 'ModuleNotFoundError' in out.stderr, out.stderr
 
 
 def test_epoch_config_trains_with_a_real_runner(tmp_path, clean_mmengine):
@@ -84,7 +96,7 @@ def test_resume_continues_from_the_saved_epoch(tmp_path):
         str(tmp_path), '--cfg-options', *args[4:6]
     ],
                           cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=REPO),
+                          env=demo_env(),
                           capture_output=True,
                           text=True,
                           timeout=300)
@@ -107,7 +119,8 @@ def torchrun_ok(out: subprocess.CompletedProcess) -> None:
 def test_two_gloo_processes_train_on_different_data(tmp_path):
     # no PYTHON=: the scripts use the repository's .venv by themselves
     # (a checkout without one, such as a git worktree: this interpreter)
-    env = dict(os.environ, PORT=str(free_port()), OMP_NUM_THREADS='1')
+    env = demo_env(
+        dict(os.environ, PORT=str(free_port()), OMP_NUM_THREADS='1'))
     env.pop('PYTHON', None)
     if not osp.isfile(osp.join(REPO, '.venv', 'bin', 'python')):
         env['PYTHON'] = sys.executable
