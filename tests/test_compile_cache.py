@@ -5,6 +5,7 @@ not finish empties the cache for the next; a live session's cache is left
 alone; this session compiles into the suite's directory."""
 import os
 import os.path as osp
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -36,6 +37,35 @@ def _compile(cache: str) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+def _seed_cpu_probes(cache: str) -> int:
+    """Copy inductor's CPU probes from the suite's cache into ``cache``:
+    the small C++ programs it compiles once per cache to learn which
+    vector instructions build and load (ten ``*_chk_kernel`` sources and
+    their ``.so``: 10 s of g++), complete binaries only. The test then
+    compiles its own kernel and nothing else. Returns how many it copied
+    (none in a cache that has not compiled yet: all are built then)."""
+    suite = os.environ.get('TORCHINDUCTOR_CACHE_DIR', '')
+    copied = 0
+    if not osp.isdir(suite) or osp.abspath(suite) == osp.abspath(cache):
+        return copied
+    for root, _, names in os.walk(suite):
+        for name in names:
+            source = osp.join(root, name)
+            binary = source[:-len('.cpp')] + '.so'
+            if not name.endswith('.cpp') or not osp.isfile(binary) or \
+                    not complete_elf(binary):
+                continue
+            with open(source, errors='replace') as f:
+                if '_chk_kernel' not in f.read():
+                    continue
+            target = osp.join(cache, osp.relpath(root, suite))
+            os.makedirs(target, exist_ok=True)
+            for path in (source, binary):
+                shutil.copy2(path, target)
+            copied += 1
+    return copied
+
+
 def _binaries(cache):
     return sorted(
         osp.join(root, name) for root, _, names in os.walk(cache)
@@ -44,6 +74,7 @@ def _binaries(cache):
 
 def test_a_zero_byte_so_from_a_killed_compile_is_removed(tmp_path):
     cache = str(tmp_path / 'inductor')
+    _seed_cpu_probes(cache)
     first = _compile(cache)
     assert first.returncode == 0, first.stderr
     binaries = _binaries(cache)
