@@ -36,11 +36,11 @@ shared seed.
 import atexit
 import gc
 import os
-import queue as queue_lib
 import socket
 import time
 import traceback
 import warnings
+from multiprocessing import connection as mp_connection
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -106,30 +106,28 @@ def _join_group(rank: int, world_size: int, port: int) -> None:
     dist.init_process_group('gloo', rank=rank, world_size=world_size)
 
 
-def _worker(rank: int, parent_pid: int, tasks, results) -> None:
+def _worker(rank: int, conn) -> None:
     # the parent reaps its daemonic ranks; a task may still start
     # DataLoader workers (multiprocessing forbids it to daemons)
     mp.current_process()._config['daemon'] = False
     torch.set_num_threads(1)
     try:
-        import mmengine.runner  # noqa: F401  (what most tasks need)
-
+        if rank < 2:  # what most tasks need (3 and more ranks: rarely)
+            import mmengine.runner  # noqa: F401
         import mmstats  # noqa: F401
         import tests.helpers.runner  # noqa: F401
     except BaseException:  # report every failure to the parent
-        results.put((None, rank, False, traceback.format_exc()))
+        conn.send((None, False, traceback.format_exc()))
         return
-    results.put((None, rank, True, os.getpid()))
+    conn.send((None, True, os.getpid()))
     group: Optional[Tuple[int, int]] = None
     state = None
     try:
         while True:
             try:
-                task = tasks.get(timeout=5)
-            except queue_lib.Empty:
-                if os.getppid() != parent_pid:  # the parent died
-                    return
-                continue
+                task = conn.recv()
+            except (EOFError, OSError):  # the parent is gone
+                return
             if task is None:  # shutdown: no goodbye to a group
                 os._exit(0)
             task_id, world_size, port, fn, args = task
@@ -142,29 +140,38 @@ def _worker(rank: int, parent_pid: int, tasks, results) -> None:
                 state.restore()
                 value = fn(rank, world_size, *args)
                 state.restore()
-                results.put((task_id, rank, True, value))
+                answer = (task_id, True, value)
             except BaseException:  # report every failure to the parent
-                results.put((task_id, rank, False, traceback.format_exc()))
+                answer = (task_id, False, traceback.format_exc())
+            try:
+                conn.send(answer)
+            except Exception:  # an answer that does not pickle
+                conn.send((task_id, False, traceback.format_exc()))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
 class _Rank:
-    """One spawned process, serving rank ``rank`` of every call."""
+    """One spawned process, serving rank ``rank`` of every call, and its
+    own pipe: tasks go down, answers come up. A pipe has no lock or feeder
+    thread shared between processes, so a rank that exits or is killed
+    mid-answer spoils nothing but its own pipe. (With one shared
+    ``multiprocessing.Queue``, a rank stopped while its feeder thread held
+    the queue's lock left it locked for good: seen once, every later start
+    of ranks timed out with no rank started.)"""
 
-    def __init__(self, ctx, rank: int, results) -> None:
+    def __init__(self, ctx, rank: int) -> None:
         self.rank = rank
-        self.tasks = ctx.Queue()
+        self.conn, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(
-            target=_worker,
-            args=(rank, os.getpid(), self.tasks, results),
-            daemon=True)
+            target=_worker, args=(rank, child), daemon=True)
         saved_seed = os.environ.get('PYTHONHASHSEED')
         os.environ['PYTHONHASHSEED'] = str(rank + 1)  # read at spawn
         try:
             self.proc.start()
         finally:
+            child.close()
             if saved_seed is None:
                 os.environ.pop('PYTHONHASHSEED', None)
             else:
@@ -172,15 +179,14 @@ class _Rank:
 
     def stop(self, wait: float) -> None:
         try:
-            self.tasks.put(None)
+            self.conn.send(None)
         except (OSError, ValueError):
             pass
         self.proc.join(timeout=wait)
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(timeout=5)
-        self.tasks.close()
-        self.tasks.cancel_join_thread()
+        self.conn.close()
 
 
 class _Pool:
@@ -189,7 +195,6 @@ class _Pool:
 
     def __init__(self) -> None:
         self.ctx = mp.get_context('spawn')
-        self.results = self.ctx.Queue()
         self.ranks: Dict[int, _Rank] = {}
         self.group: Optional[Tuple[int, int]] = None  # (world_size, port)
         self.num_tasks = 0
@@ -202,7 +207,7 @@ class _Pool:
                 self.stop(range(rank, rank + 1))
         new = [r for r in range(world_size) if r not in self.ranks]
         for rank in new:
-            self.ranks[rank] = _Rank(self.ctx, rank, self.results)
+            self.ranks[rank] = _Rank(self.ctx, rank)
         if new:
             self.group = None  # new processes join a new group
             try:
@@ -219,7 +224,7 @@ class _Pool:
         self.num_tasks += 1
         task_id = self.num_tasks
         for rank in range(world_size):
-            self.ranks[rank].tasks.put(
+            self.ranks[rank].conn.send(
                 (task_id, world_size, self.group[1], fn, args))
         name = getattr(fn, '__name__', repr(fn))
         return self._collect(task_id, list(range(world_size)), timeout,
@@ -231,34 +236,31 @@ class _Pool:
         deadline = time.monotonic() + timeout
         results: Dict[int, Any] = {}
         failures: Dict[int, str] = {}
-        while len(results) + len(failures) < len(ranks):
+        waiting = {self.ranks[r].conn: r for r in ranks}
+        while waiting:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            try:
-                tid, rank, ok, value = self.results.get(timeout=min(left, 1))
-            except queue_lib.Empty:
-                dead = [
-                    r for r in ranks if r not in results and r not in failures
-                    and not self.ranks[r].proc.is_alive()
-                ]
-                for r in dead:
-                    failures[r] = ('the process died (exit code '
-                                   f'{self.ranks[r].proc.exitcode})')
-                if dead:
+            for conn in mp_connection.wait(list(waiting), timeout=left):
+                rank = waiting[conn]
+                try:
+                    tid, ok, value = conn.recv()
+                except (EOFError, OSError):  # the process died
+                    self.ranks[rank].proc.join(timeout=1)
+                    tid, ok, value = task_id, False, (
+                        'the process died (exit code '
+                        f'{self.ranks[rank].proc.exitcode})')
+                if tid != task_id:
+                    continue  # a late answer to an earlier task
+                del waiting[conn]
+                if ok:
+                    results[rank] = value
+                else:
+                    failures[rank] = value
+                    # a failed rank may leave the others in a collective
                     deadline = min(deadline, time.monotonic() + FAILURE_GRACE)
-                continue
-            if tid != task_id or rank not in ranks:
-                continue  # a late answer to an earlier task
-            if ok:
-                results[rank] = value
-            else:
-                failures[rank] = value
-                # a failed rank may leave the others in a collective
-                deadline = min(deadline, time.monotonic() + FAILURE_GRACE)
-        for rank in ranks:  # hung ranks: killed now, not asked to stop
-            if rank not in results and rank not in failures:
-                self.ranks[rank].proc.kill()
+        for rank in waiting.values():  # hung ranks: killed now
+            self.ranks[rank].proc.kill()
         if failures:
             rank = min(failures)
             raise RuntimeError(
@@ -289,8 +291,6 @@ def shutdown_pools() -> None:
     while _POOL:
         pool = _POOL.pop()
         pool.stop()
-        pool.results.close()
-        pool.results.cancel_join_thread()
 
 
 atexit.register(shutdown_pools)
