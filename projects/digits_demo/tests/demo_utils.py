@@ -8,6 +8,8 @@ import time
 
 from mmengine.config import Config
 
+from tests.helpers.without_deepspeed import env_without_deepspeed
+
 PROJECT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 REPO = osp.dirname(osp.dirname(PROJECT))
 EPOCH_CONFIG = osp.join(PROJECT, 'configs/demo/resnet-mini_1xb64_digits.py')
@@ -16,8 +18,6 @@ ITER_CONFIG = osp.join(PROJECT,
 MAIN_CONFIG = osp.join(
     PROJECT, 'configs/demo/resnet-mini_1xb64-precise-bn-stats_digits.py')
 RECORD_HOOK = 'tests.helpers.record_batches_hook'
-#: ``sitecustomize`` of the demo's environment (no DeepSpeed)
-LEAN_ENV = osp.join(osp.dirname(osp.abspath(__file__)), 'lean_env')
 
 
 def small_cfg(config: str = EPOCH_CONFIG,
@@ -56,11 +56,12 @@ def recording_config(tmp_path,
 
 def demo_env(env: dict = None) -> dict:
     """The environment of the demo's tools as ``make demo`` installs them:
-    the repository importable, DeepSpeed absent (``lean_env``)."""
+    the repository importable, DeepSpeed absent
+    (:func:`~tests.helpers.without_deepspeed.env_without_deepspeed`)."""
     env = dict(os.environ if env is None else env)
     env['PYTHONPATH'] = os.pathsep.join(
-        p for p in (LEAN_ENV, REPO, env.get('PYTHONPATH')) if p)
-    return env
+        p for p in (REPO, env.get('PYTHONPATH')) if p)
+    return env_without_deepspeed(env)
 
 
 def run_train(*args: str, env: dict = None, timeout: float = 300):

@@ -32,6 +32,24 @@ def test_digits_images_match_sklearn():
     assert data.metainfo['classes'] == tuple('0123456789')
 
 
+def test_digits_read_from_the_csv_equal_sklearns(monkeypatch):
+    """The file read without importing scikit-learn, and the fallback
+    through ``load_digits`` where it is not found, give its arrays."""
+    import importlib.util
+
+    from sklearn.datasets import load_digits
+
+    from digits_demo.datasets import digits as module
+    want = load_digits()
+    images, labels = module.load_digits_arrays()
+    np.testing.assert_array_equal(images, want.images)
+    np.testing.assert_array_equal(labels, want.target)
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name: None)
+    images, labels = module.load_digits_arrays()
+    np.testing.assert_array_equal(images, want.images)
+    np.testing.assert_array_equal(labels, want.target)
+
+
 def test_pipeline_packs_normalised_tensors():
     data = DigitsDataset(
         split='val',
