@@ -24,6 +24,10 @@ mmstats' reporting state (``mmstats.stats.reporting.reset()``), drops
 mmengine's singletons (``clear_mmengine_singletons``), and restores
 ``os.environ``, the working directory, the warning filters, torch's
 default dtype, thread count and seed. The default process group stays.
+After the collection of the last task's garbage a rank freezes what lives
+on (``gc.freeze()``: the modules, mostly), so the next collection scans
+only what the next task made: a full collection of a rank that imported
+torch, mmengine and DeepSpeed took 0.5-0.8 s, twice per task.
 
 Failures fail only their test: a rank that raises gives a
 ``RuntimeError`` with its traceback, a call that does not finish within
@@ -91,6 +95,7 @@ class _TaskState:
         torch.set_default_dtype(self.dtype)
         torch.set_num_threads(1)
         gc.collect()  # Runners, DataLoader workers of the last task
+        gc.freeze()  # what lives on: the next collection skips it
 
 
 def _join_group(rank: int, world_size: int, port: int) -> None:
@@ -119,6 +124,8 @@ def _worker(rank: int, conn) -> None:
     except BaseException:  # report every failure to the parent
         conn.send((None, False, traceback.format_exc()))
         return
+    gc.collect()
+    gc.freeze()  # the modules: a full collection takes 0.5-0.8 s without
     conn.send((None, True, os.getpid()))
     group: Optional[Tuple[int, int]] = None
     state = None
