@@ -62,10 +62,8 @@ def build_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)
-    allow_mmengine_checkpoints()  # torch.load(weights_only=True)
-    cfg = build_config(args)
+def test(cfg: Config) -> dict:
+    """Build the runner of ``cfg``, test, print the metrics on rank 0."""
     runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
     metrics = runner.test()
     if is_main_process():
@@ -73,7 +71,16 @@ def main(argv=None) -> dict:
             'test: ' + ', '.join(f'{k}={v:.4f}' for k, v in metrics.items()
                                  if isinstance(v, (int, float))),
             flush=True)
-    finish_distributed()  # every rank exits 0 (no abort at exit)
+    return metrics
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    allow_mmengine_checkpoints()  # torch.load(weights_only=True)
+    metrics = test(build_config(args))
+    # the runner is gone: its model wrapper's process groups die in
+    # finish_distributed, not while the interpreter exits (an abort)
+    finish_distributed()
     return metrics
 
 

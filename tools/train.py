@@ -160,16 +160,22 @@ def report(runner: Any, metrics: dict) -> None:
     print('\n'.join(lines), flush=True)
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    allow_mmengine_checkpoints()  # --resume under torch.load(weights_only)
-    cfg = build_config(args)
+def train(cfg: Config) -> None:
+    """Build the runner of ``cfg``, train, print where the results are."""
     runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
     final_metrics = FinalMetricsHook()
     runner.register_hook(final_metrics)
     runner.train()
     report(runner, final_metrics.metrics)
-    finish_distributed()  # every rank exits 0 (no abort at exit)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    allow_mmengine_checkpoints()  # --resume under torch.load(weights_only)
+    train(build_config(args))
+    # the runner is gone: its model wrapper's process groups die in
+    # finish_distributed, not while the interpreter exits (an abort)
+    finish_distributed()
 
 
 if __name__ == '__main__':

@@ -17,6 +17,7 @@ built (the runner then skips its own ``init_dist``) and sets the CPU
 arguments of the strategy's wrapper. One process with a sharding strategy
 (FSDP, FSDP2, DeepSpeed) gets a process group of one.
 """
+import gc
 import inspect
 import os
 import subprocess
@@ -423,23 +424,29 @@ def build_runner(cfg: 'Config') -> Any:
 
 
 def finish_distributed() -> None:
-    """End a finished run's process group on every rank: a barrier, then
+    """End a finished run's process groups on every rank: a barrier, then
     ``destroy_process_group()``. Nothing without an initialised group.
 
-    Call it once at the end of a script, after the Runner is done, on every
-    rank (the barrier is a collective). A process that exits with its gloo
-    group still alive can abort at interpreter exit (``terminate called
-    without an active exception``, exit code -6, seen on a rank of a
-    finished 2-process CPU run); the barrier lets every rank finish its
-    last collective before any rank tears its group down.
+    Call it once at the end of a script, on every rank (the barrier is a
+    collective), after the Runner is gone (returned from the function that
+    built it): the model wrappers hold their process groups (FSDP's), so
+    a group outlived ``destroy_process_group`` while the Runner did and was
+    destroyed while the interpreter exited, where gloo's worker threads
+    can abort the process (``terminate called without an active
+    exception``, exit code -6: rank 1 of ``dist_test.sh`` on an FSDP1
+    checkpoint, 2 runs of 38; 0 of 30 since). A garbage collection first
+    frees a Runner that only reference cycles keep; the barrier lets every
+    rank finish its last collective before any rank tears its groups down.
 
     Example:
         .. code-block:: python
 
-            runner.train()
-            finish_distributed()   # the last line of tools/train.py
+            def main():
+                train(cfg)           # builds, trains and drops the Runner
+                finish_distributed()  # the last line of tools/train.py
     """
     if not (dist.is_available() and dist.is_initialized()):
         return
+    gc.collect()  # a dropped Runner's cycles: its groups' last references
     dist.barrier()
     dist.destroy_process_group()
