@@ -4,8 +4,13 @@ Markers (set automatically, see :func:`pytest_collection_modifyitems`):
 
 - ``dist``: the test calls ``run_distributed`` (real gloo ranks);
 - ``runner``: the test builds a real mmengine ``Runner``;
-- ``slow``: the test starts Python subprocesses, calls ``torch.compile``
-  (seconds of compilation), or is marked by hand.
+- ``slow``: the test starts Python subprocesses or processes
+  (``multiprocessing``), calls ``torch.compile`` (seconds of compilation),
+  or is marked by hand.
+
+Each is set from the names the test uses, in its own code, in the
+module-level helpers of the test tree it calls and in the fixtures of the
+test tree it uses (a module fixture that launches marks its tests).
 
 ``make test-quick`` runs ``-m "not dist and not runner and not slow"``.
 With pytest-xdist's ``--dist loadgroup`` every ``dist`` test goes to the
@@ -46,7 +51,7 @@ _TEST_DIRS = (osp.join(ROOT, 'tests'), osp.join(ROOT, 'projects'))
 _MARKER_NAMES = {
     'dist': {'run_distributed'},
     'runner': {'Runner'},
-    'slow': {'subprocess'},
+    'slow': {'subprocess', 'Process'},  # subprocess.run, mp's Process
 }
 
 
@@ -99,12 +104,30 @@ def _names_used(func, seen) -> set:
     return found
 
 
+def _test_tree_fixtures(item) -> list:
+    """The functions of the fixtures ``item`` uses that the test tree
+    defines (a module fixture that trains or launches marks its tests)."""
+    info = getattr(item, '_fixtureinfo', None)
+    if info is None:
+        return []
+    funcs = []
+    for defs in info.name2fixturedefs.values():
+        for fixturedef in defs:
+            code = getattr(fixturedef.func, '__code__', None)
+            if code is not None and code.co_filename.startswith(_TEST_DIRS):
+                funcs.append(fixturedef.func)
+    return funcs
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         func = getattr(item, 'function', None)
         if func is None:
             continue
-        names = _names_used(func, set())
+        seen = set()
+        names = _names_used(func, seen)
+        for fixture in _test_tree_fixtures(item):
+            names |= _names_used(fixture, seen)
         for marker, triggers in _MARKER_NAMES.items():
             if names & triggers:
                 item.add_marker(marker)

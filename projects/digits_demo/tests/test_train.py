@@ -199,6 +199,7 @@ def test_slurm_script_asks_for_gpus_only_on_gpu_partitions(
     ([EPOCH_CONFIG, '--cfg-options', 'model.backbone.norm_cfg.type=Foo'
       ], "norm_cfg type 'Foo' is not a registered norm layer"),
 ])
+@pytest.mark.runner  # tools/train.py's main builds it (not seen by conftest)
 def test_bad_config_values_fail_clearly(tmp_path, args, message,
                                         clean_mmengine):
     # tools/train.py's main in this process: the error it ends with (the
