@@ -12,7 +12,6 @@ mmengine cannot run are refused with the fix.
 import json
 import os
 import os.path as osp
-import socket
 import subprocess
 import sys
 
@@ -22,6 +21,7 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from mmstats.utils import build_runner, check_runner_type, setup_launcher
+from tests.helpers.dist import free_port
 from tests.helpers.without_deepspeed import env_without_deepspeed
 from tests.test_integrations.test_tools_exit import load_tool
 
@@ -42,6 +42,9 @@ BUILT = {
     'fsdp2': ('DDPStrategy', 'FSDPModule'),
     'zero3': ('DeepSpeedStrategy', 'MMDeepSpeedEngineWrapper'),
 }
+# launched with DeepSpeed importable: the DeepSpeed one and the DDP one, whose
+# log must then hold no DeepSpeed warning; the others spare its import
+WITH_DEEPSPEED = ('ddp', 'zero3')
 
 
 def merged(tmp_path, base: str, fragment: str) -> Config:
@@ -189,12 +192,6 @@ def test_amp_flag_refused_where_the_strategy_has_its_own(
 
 
 # ------------------------------------------------------ real launches
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
 def launch(script: str,
            args: list,
            cwd: str,
@@ -207,7 +204,7 @@ def launch(script: str,
     env = dict(
         os.environ,
         PYTHON=sys.executable,
-        PORT=str(_free_port()),
+        PORT=str(free_port()),
         OMP_NUM_THREADS='1',
         MKL_NUM_THREADS='1')
     env.pop('DS_ACCELERATOR', None)  # the launcher sets it
@@ -260,7 +257,7 @@ def launched(tmp_path_factory):
                 '--cfg-options', 'train_cfg.max_epochs=1'
             ],
             ROOT,
-            deepspeed=strategy in ('ddp', 'zero3'))
+            deepspeed=strategy in WITH_DEEPSPEED)
         runs[strategy] = (work_dir, result)
     return runs
 
@@ -287,7 +284,7 @@ def test_dist_train_builds_the_strategys_wrapper(launched, strategy):
         assert sum(r['local_numel'] for r in recorded(work_dir)) >= full
     if strategy == 'zero3':
         assert {r['zero_stage'] for r in recorded(work_dir)} == {3}
-    if strategy in ('ddp', 'zero3'):  # launched with DeepSpeed importable
+    if strategy in WITH_DEEPSPEED:
         assert 'Setting accelerator to CPU' not in \
             result.stdout + result.stderr
 
