@@ -47,6 +47,8 @@ def _bare(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _tensors(output: Any) -> List[torch.Tensor]:
+    # written apart from mmstats.module_stats.activations.floating_tensors
+    # on purpose: the recomputation must not share the code it checks
     if isinstance(output, torch.Tensor):
         return [output] if output.is_floating_point() else []
     if isinstance(output, dict):
