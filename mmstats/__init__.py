@@ -23,15 +23,20 @@ from .version import __version__
 _LAZY = {
     'ModuleStatsHook': '.hooks',
     'PreciseBNHook': '.hooks',
+    'RandomStateHook': '.hooks',
     'StatsCollectorHook': '.hooks',
     'ThroughputHook': '.hooks',
     'update_bn_stats': '.precise_bn',
+    'FSDPStrategy': '.strategies',
+    'FSDP2Strategy': '.strategies',
+    'DeepSpeedStrategy': '.strategies',
 }
 
 __all__ = [
     '__version__', 'report', 'report0', 'Collector', 'scaled_all_reduce',
-    'update_bn_stats', 'ModuleStatsHook', 'PreciseBNHook',
-    'StatsCollectorHook', 'ThroughputHook'
+    'update_bn_stats', 'ModuleStatsHook', 'PreciseBNHook', 'RandomStateHook',
+    'StatsCollectorHook', 'ThroughputHook', 'FSDPStrategy', 'FSDP2Strategy',
+    'DeepSpeedStrategy'
 ]
 
 

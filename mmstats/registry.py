@@ -10,14 +10,17 @@ needed and the config's ``default_scope`` stays the user's (``mmpretrain``,
 own names never collide with ours, and an unprefixed ``type='PreciseBNHook'``
 never silently resolves to mmstats' hook (or ours to another package's).
 
-Two registries exist: ``HOOKS`` and ``MODEL_WRAPPERS`` (``mmstats.FullyShard``,
-FSDP2 for ``FlexibleRunner`` configs). ``default_scope='mmstats'`` is not
+Three registries exist: ``HOOKS``, ``MODEL_WRAPPERS`` (``mmstats.FullyShard``,
+FSDP2's sharding) and ``STRATEGIES`` (``mmstats.FSDP2Strategy``,
+``mmstats.FSDPStrategy``, ``mmstats.DeepSpeedStrategy``: checkpoints that
+hold every rank's shard, for ``FlexibleRunner`` configs). ``default_scope='mmstats'`` is not
 needed (mmstats has no models or datasets; under it a Runner warns for
 every other registry): keep the config's own scope and use the prefix. See
 ``docs/architecture.md``.
 """
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS
+from mmengine.registry import STRATEGIES as MMENGINE_STRATEGIES
 from mmengine.registry import Registry
 
 HOOKS = Registry(
@@ -31,3 +34,9 @@ MODEL_WRAPPERS = Registry(
     parent=MMENGINE_MODEL_WRAPPERS,
     scope='mmstats',
     locations=['mmstats.wrappers'])
+
+STRATEGIES = Registry(
+    'strategy',
+    parent=MMENGINE_STRATEGIES,
+    scope='mmstats',
+    locations=['mmstats.strategies'])

@@ -17,8 +17,24 @@ import sys
 from mmengine.config import Config, DictAction
 from mmengine.dist import is_main_process
 
+from mmstats.strategies import (SCHEME, is_checkpoint_directory,
+                                register_consolidating_loader)
 from mmstats.utils import (allow_mmengine_checkpoints, build_runner,
                            finish_distributed)
+
+#: the strategies that load a sharded checkpoint directory themselves
+READS_DIRECTORIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')
+
+
+def loads_directories(cfg: Config) -> bool:
+    """Whether the config's strategy reads a checkpoint directory itself
+    (mmstats' sharding strategies and mmengine's FSDP/DeepSpeed ones)."""
+    strategy = cfg.get('strategy') if 'runner_type' in cfg else None
+    if not isinstance(strategy, dict):
+        return False
+    kind = strategy.get('type', '')
+    kind = kind if isinstance(kind, str) else kind.__name__
+    return kind.rpartition('.')[2] in READS_DIRECTORIES
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,6 +74,11 @@ def build_config(args: argparse.Namespace) -> Config:
         './work_dirs',
         osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
+    if is_checkpoint_directory(args.checkpoint) and not loads_directories(cfg):
+        # a sharded run's checkpoint, evaluated without sharding: gathered
+        # into full tensors in memory, on each process
+        register_consolidating_loader()
+        cfg.load_from = SCHEME + args.checkpoint
     cfg.resume = False
     return cfg
 

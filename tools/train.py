@@ -23,8 +23,9 @@ from mmengine.config import Config, DictAction
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 
-from mmstats.utils import (allow_mmengine_checkpoints, build_runner,
-                           finish_distributed)
+from mmstats.hooks import RandomStateHook
+from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
+                           build_runner, finish_distributed)
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # tools/analysis
 
@@ -81,8 +82,13 @@ def build_config(args: argparse.Namespace) -> Config:
     if args.amp:
         use_amp(cfg)
     if args.resume == 'auto':
-        cfg.resume = True
-        cfg.load_from = None
+        latest = latest_checkpoint(cfg.work_dir)
+        cfg.resume = latest is not None
+        cfg.load_from = latest
+        if latest is None:
+            say(f'--resume: no checkpoint to resume in {cfg.work_dir} (no '
+                'last_checkpoint naming an existing one): training from '
+                'scratch')
     elif args.resume is not None:
         if not osp.exists(args.resume):  # a sharded one is a directory
             raise FileNotFoundError(
@@ -91,6 +97,29 @@ def build_config(args: argparse.Namespace) -> Config:
         cfg.resume = True
         cfg.load_from = args.resume
     return cfg
+
+
+def is_first_process() -> bool:
+    """Rank 0 of the launch, before any process group exists."""
+    rank = os.environ.get('RANK', os.environ.get('SLURM_PROCID', '0'))
+    return int(rank) == 0
+
+
+def say(message: str) -> None:
+    """One line from the launch (rank 0's), not one per process."""
+    if is_first_process():
+        print(f'tools/train.py: {message}', file=sys.stderr, flush=True)
+
+
+def latest_checkpoint(work_dir: str) -> Optional[str]:
+    """The checkpoint mmengine's ``last_checkpoint`` file names in
+    ``work_dir``, if it exists (a file, or a sharded run's directory)."""
+    record = osp.join(work_dir, 'last_checkpoint')
+    if not osp.isfile(record):
+        return None
+    with open(record) as f:
+        path = f.read().strip()
+    return path if path and osp.exists(path) else None
 
 
 def use_amp(cfg: Config) -> None:
@@ -160,11 +189,28 @@ def report(runner: Any, metrics: dict) -> None:
     print('\n'.join(lines), flush=True)
 
 
+def has_hook(cfg: Config, name: str) -> bool:
+    """Whether ``cfg.custom_hooks`` names the hook ``name`` already."""
+    for hook in cfg.get('custom_hooks') or []:
+        kind = hook.get('type', '')
+        kind = kind if isinstance(kind, str) else kind.__name__
+        if kind.rpartition('.')[2] == name:
+            return True
+    return False
+
+
 def train(cfg: Config) -> None:
-    """Build the runner of ``cfg``, train, print where the results are."""
+    """Build the runner of ``cfg``, train, print where the results are.
+
+    The runner gets mmstats' ``RandomStateHook`` (every rank's random
+    generators saved with each checkpoint and restored at ``--resume``)
+    unless the config has it.
+    """
     runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
     final_metrics = FinalMetricsHook()
     runner.register_hook(final_metrics)
+    if not has_hook(cfg, 'RandomStateHook'):
+        runner.register_hook(RandomStateHook(), priority='LOW')
     runner.train()
     report(runner, final_metrics.metrics)
 
@@ -172,7 +218,12 @@ def train(cfg: Config) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     allow_mmengine_checkpoints()  # --resume under torch.load(weights_only)
-    train(build_config(args))
+    try:
+        cfg = build_config(args)
+        train(cfg)
+    except LaunchRefused as exc:  # before any process trains: said once
+        say(f'error: {exc}')
+        sys.exit(1)
     # the runner is gone: its model wrapper's process groups die in
     # finish_distributed, not while the interpreter exits (an abort)
     finish_distributed()

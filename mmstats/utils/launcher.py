@@ -79,7 +79,7 @@ def init_cpu_distributed(launcher: str, timeout_s: int = 1800) -> None:
     elif launcher == 'mpi':
         os.environ.update(_env_from_mpi(port))
     elif launcher != 'pytorch':
-        raise ValueError(f'launcher must be one of {LAUNCHERS[1:]} to '
+        raise LaunchRefused(f'launcher must be one of {LAUNCHERS[1:]} to '
                          f'initialise a process group, got {launcher!r}')
     dist.init_process_group('gloo', timeout=timedelta(seconds=timeout_s))
 
@@ -113,7 +113,13 @@ def no_buffer_sync_kwargs() -> dict:
 
 
 #: strategies whose model wrapper needs a process group even on one process
-SHARDING_STRATEGIES = ('FSDPStrategy', 'DeepSpeedStrategy')
+SHARDING_STRATEGIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')
+
+
+class LaunchRefused(ValueError):
+    """A config the launcher refuses before any process trains; the
+    message names the way out. ``tools/train.py`` prints it once (rank 0).
+    """
 
 
 def _type_name(cfg: dict) -> str:
@@ -169,7 +175,7 @@ def check_runner_type(cfg: 'Union[Config, dict]',
         >>> check_runner_type(dict(strategy=dict(type='FSDPStrategy')))
         Traceback (most recent call last):
         ...
-        ValueError: the config sets strategy=FSDPStrategy but runner_type ...
+        mmstats.utils.launcher.LaunchRefused: the config sets ...
     """
     strategy = cfg.get('strategy')
     if runner_type is None:
@@ -177,7 +183,7 @@ def check_runner_type(cfg: 'Union[Config, dict]',
     if strategy is None or is_flexible_runner(runner_type):
         return
     shown = _type_name(strategy) if isinstance(strategy, dict) else strategy
-    raise ValueError(
+    raise LaunchRefused(
         f'the config sets strategy={shown} but runner_type is '
         f'{runner_type!r}: mmengine\'s Runner ignores `strategy` and would '
         "train plain DDP. Add runner_type = 'FlexibleRunner' to the config "
@@ -264,18 +270,18 @@ def _deepspeed_optim_wrapper(cfg: 'Union[Config, dict]') -> None:
         return
     kind = _base_name(_type_name(optim) or 'OptimWrapper')
     if kind == 'AmpOptimWrapper':
-        raise ValueError(
+        raise LaunchRefused(
             'optim_wrapper.type=AmpOptimWrapper (or --amp) under '
             "DeepSpeedStrategy: DeepSpeed does its own mixed precision; set "
             'strategy.bf16=dict(enabled=True) or strategy.fp16=dict('
             'enabled=True) in the config instead')
     if kind not in ('OptimWrapper', 'DeepSpeedOptimWrapper'):
-        raise ValueError(
+        raise LaunchRefused(
             f'optim_wrapper.type={kind} under DeepSpeedStrategy: DeepSpeed '
             "needs type='DeepSpeedOptimWrapper'")
     accumulate = optim.pop('accumulative_counts', 1)
     if accumulate != 1:
-        raise ValueError(
+        raise LaunchRefused(
             f'optim_wrapper.accumulative_counts={accumulate} under '
             'DeepSpeedStrategy: set strategy.gradient_accumulation_steps='
             f'{accumulate} instead')
@@ -284,7 +290,7 @@ def _deepspeed_optim_wrapper(cfg: 'Union[Config, dict]') -> None:
         clip = dict(clip)
         max_norm = clip.pop('max_norm', None)
         if max_norm is None or clip.pop('norm_type', 2) != 2 or clip:
-            raise ValueError(
+            raise LaunchRefused(
                 f'optim_wrapper.clip_grad={clip} under DeepSpeedStrategy: '
                 'DeepSpeed clips the L2 norm only; set '
                 'strategy.gradient_clipping=MAX_NORM instead')
@@ -292,27 +298,61 @@ def _deepspeed_optim_wrapper(cfg: 'Union[Config, dict]') -> None:
     optim['type'] = 'DeepSpeedOptimWrapper'
 
 
-def _check_resume(cfg: 'Union[Config, dict]') -> None:
-    """mmengine 0.10.7's FSDPStrategy cannot resume: it calls
-    ``FSDP.optim_state_dict_to_load(state_dict, model, optimizer)``, the
-    argument order of torch < 2.1, and fails inside torch. Refused here
-    with what works instead (``load_from``: the weights, no optimizer
-    state)."""
+def _is_mmengine_fsdp(strategy: dict) -> bool:
+    """``type='FSDPStrategy'`` naming mmengine's class (no ``mmstats.``
+    prefix)."""
+    kind = strategy.get('type', '')
+    if isinstance(kind, str):
+        return kind == 'FSDPStrategy'
+    return (getattr(kind, '__name__', '') == 'FSDPStrategy'
+            and not kind.__module__.startswith('mmstats'))
+
+
+def check_checkpoints(cfg: 'Union[Config, dict]') -> None:
+    """Refuse the strategy configs whose checkpoints cannot be trusted
+    (``docs/checkpoints.md``), naming the strategy that saves them whole.
+
+    - ``mmstats.FullyShard`` under mmengine's ``DDPStrategy``: rank 0 would
+      save its shard of every weight as the whole weight.
+    - ``resume`` under mmengine's ``FSDPStrategy``: mmengine 0.10.7 calls
+      ``FSDP.optim_state_dict_to_load`` with torch < 2.1's argument order
+      and fails inside torch; ``mmstats.FSDPStrategy`` resumes.
+
+    Raises:
+        LaunchRefused: Either of the above.
+
+    Example:
+        >>> check_checkpoints(dict(strategy=dict(
+        ...     type='mmstats.FSDPStrategy'), resume=True))
+        >>> check_checkpoints(dict(strategy=dict(
+        ...     type='FSDPStrategy'), resume=True))
+        Traceback (most recent call last):
+        ...
+        mmstats.utils.launcher.LaunchRefused: resume=True (--resume) under ...
+    """
     strategy = cfg.get('strategy')
-    if not (cfg.get('resume') and isinstance(strategy, dict)
-            and _base_name(_type_name(strategy)) == 'FSDPStrategy'):
+    if not isinstance(strategy, dict):
         return
-    import mmengine
-    from mmengine.utils import digit_version
-    if digit_version(mmengine.__version__) < digit_version('0.11.0'):
-        raise ValueError(
-            f'resume=True (--resume) under FSDPStrategy: mmengine '
-            f'{mmengine.__version__} cannot load FSDP1 optimizer state with '
-            f'torch {torch.__version__} (it passes the arguments of '
-            'FSDP.optim_state_dict_to_load in torch < 2.1\'s order). Start '
-            'from the weights with --cfg-options load_from=CHECKPOINT '
-            'resume=False, or train with FSDP2 '
-            '(configs/_base_/strategies/fsdp2.py), which resumes.')
+    name = _base_name(_type_name(strategy))
+    wrapper = strategy.get('model_wrapper')
+    if name == 'DDPStrategy' and isinstance(wrapper, dict) and _base_name(
+            _type_name(wrapper)) == 'FullyShard':
+        raise LaunchRefused(
+            "strategy=DDPStrategy with model_wrapper=mmstats.FullyShard: "
+            "mmengine's DDPStrategy saves rank 0's shard of every FSDP2 "
+            "weight as the whole weight. Use strategy=dict(type='mmstats."
+            "FSDP2Strategy', model_wrapper=dict(blocks=...)) "
+            '(configs/_base_/strategies/fsdp2.py).')
+    if cfg.get('resume') and _is_mmengine_fsdp(strategy):
+        raise LaunchRefused(
+            "resume=True (--resume) under mmengine's FSDPStrategy: "
+            'mmengine 0.10.7 cannot load FSDP1 optimizer state with torch '
+            f'{torch.__version__} (it passes the arguments of '
+            "FSDP.optim_state_dict_to_load in torch < 2.1's order). Use "
+            "strategy=dict(type='mmstats.FSDPStrategy', ...) "
+            '(configs/_base_/strategies/fsdp.py), which resumes; a '
+            "checkpoint of mmengine's FSDPStrategy loads its weights with "
+            '--cfg-options load_from=CHECKPOINT resume=False.')
 
 
 def setup_launcher(cfg: 'Union[Config, dict]',
@@ -350,9 +390,8 @@ def setup_launcher(cfg: 'Union[Config, dict]',
     Raises:
         ValueError: An unknown launcher, a ``strategy`` without a
             FlexibleRunner (:func:`check_runner_type`), an optimizer
-            wrapper DeepSpeed cannot take, or ``resume`` under
-            ``FSDPStrategy`` (mmengine 0.10.7 cannot load FSDP1 optimizer
-            state with torch >= 2.1; ``load_from`` works).
+            wrapper DeepSpeed cannot take, or a strategy whose checkpoints
+            cannot be trusted (:func:`check_checkpoints`).
 
     Example:
         .. code-block:: python
@@ -364,11 +403,11 @@ def setup_launcher(cfg: 'Union[Config, dict]',
     """
     launcher = cfg.get('launcher', 'none')
     if launcher not in LAUNCHERS:
-        raise ValueError(
+        raise LaunchRefused(
             f'launcher must be one of {LAUNCHERS}, got {launcher!r}')
     check_runner_type(cfg, runner_type)
     flexible = is_flexible_runner(runner_type or cfg.get('runner_type'))
-    _check_resume(cfg)
+    check_checkpoints(cfg)
     if flexible and cfg.get('strategy') is not None:
         _deepspeed_optim_wrapper(cfg)
     if launcher == 'none' and flexible and _needs_process_group(cfg):

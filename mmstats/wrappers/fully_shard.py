@@ -1,12 +1,15 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """FullyShard: torch's FSDP2 (``fully_shard``) from a config.
 
-mmengine 0.10.7 has no FSDP2 strategy; its ``DDPStrategy`` builds whatever
-``model_wrapper`` names from the ``MODEL_WRAPPERS`` registry, so an entry
-that shards the model in place and returns it plugs FSDP2 into a
-``FlexibleRunner`` with config only. It is a class (building it returns the
-sharded module, not an instance) because mmengine's ``is_model_wrapper``
-calls ``isinstance`` with every registered entry.
+mmengine 0.10.7 has no FSDP2 strategy; :class:`mmstats.FSDP2Strategy`
+builds this entry of the ``MODEL_WRAPPERS`` registry, which shards the model
+in place and returns it. It is a class (building it returns the sharded
+module, not an instance) because mmengine's ``is_model_wrapper`` calls
+``isinstance`` with every registered entry.
+
+Only ``FSDP2Strategy`` may build it: under mmengine's ``DDPStrategy`` (which
+builds any ``model_wrapper``) the checkpoints would hold rank 0's shard of
+every weight as if it were the whole weight.
 """
 
 from typing import Any, Optional
@@ -70,12 +73,14 @@ class FullyShard:
         replicas (int): HSDP: shard over ``world_size / replicas`` ranks
             and replicate over ``replicas`` groups of them (a 2-D device
             mesh). Defaults to 1 (FSDP over every rank).
-        **strategy_args: What the strategy adds for DDP (``device_ids``...);
+        strategy (str, optional): The strategy building it, set by
+            ``FSDP2Strategy``; any other is refused. Defaults to None.
+        **strategy_args: What a strategy adds for DDP (``device_ids``...);
             ignored.
 
     Example:
         >>> strategy = dict(
-        ...     type='DDPStrategy',
+        ...     type='mmstats.FSDP2Strategy',
         ...     model_wrapper=dict(type='mmstats.FullyShard',
         ...                        blocks=r'backbone\\.layer\\d'))
         >>> FullyShard.__name__
@@ -89,9 +94,17 @@ class FullyShard:
                 reduce_dtype: Optional[str] = None,
                 fp32_modules: Optional[str] = None,
                 replicas: int = 1,
+                strategy: Optional[str] = None,
                 **strategy_args: Any) -> nn.Module:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         owner = 'FullyShard'
+        if strategy != 'FSDP2Strategy':
+            raise ValueError(
+                f"{owner}: build it with strategy=dict(type='mmstats."
+                "FSDP2Strategy', model_wrapper=dict(blocks=...)) "
+                "(configs/_base_/strategies/fsdp2.py): under mmengine's "
+                'DDPStrategy the checkpoints would hold rank 0\'s shard of '
+                'every weight as the whole weight')
         pattern = compile_regex(owner, 'blocks', blocks)
         keep = None if fp32_modules is None else compile_regex(
             owner, 'fp32_modules', fp32_modules)

@@ -1,5 +1,7 @@
-# FlexibleRunner + DeepSpeed ZeRO-3 (deepspeed <= 0.19.6 with mmengine
-# 0.10.7: `pip install -e '.[deepspeed]'`). Inherit it beside your full
+# FlexibleRunner + DeepSpeed ZeRO-3 through mmstats.DeepSpeedStrategy
+# (mmengine's, whose ZeRO-3 checkpoints also evaluate: docs/checkpoints.md;
+# deepspeed <= 0.19.6 with mmengine 0.10.7: `pip install -e '.[deepspeed]'`).
+# Inherit it beside your full
 # config; it sets only the runner and the strategy. tools/train.py /
 # dist_train.sh turn your optim_wrapper into a DeepSpeedOptimWrapper (its
 # clip_grad.max_norm into strategy.gradient_clipping), and FlexibleRunner
@@ -9,7 +11,7 @@
 # under DeepSpeed's fp16 loss scaling (docs/sharding.md).
 runner_type = 'FlexibleRunner'
 strategy = dict(
-    type='DeepSpeedStrategy',
+    type='mmstats.DeepSpeedStrategy',
     # your config's torch optimizer (SGD, AdamW, ...) under ZeRO
     config=dict(zero_allow_untested_optimizer=True),
     zero_optimization=dict(stage=3),

@@ -1,0 +1,448 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Checkpoints of a sharded model that hold every rank's shard.
+
+mmengine 0.10.7 saves ``model.state_dict()`` on rank 0. Under FSDP2 that
+dict holds ``DTensor``\\ s whose local tensor is rank 0's shard, pickled as
+if it were the whole tensor; loading it copies rank 0's rows into every
+rank. :class:`ShardedCheckpointing` (the checkpoint methods of
+:class:`~mmstats.strategies.FSDPStrategy` and
+:class:`~mmstats.strategies.FSDP2Strategy`) goes through torch's
+``torch.distributed.checkpoint.state_dict`` API instead, which knows FSDP1
+and FSDP2 alike, and writes one of two formats (``docs/checkpoints.md``):
+
+- **full** (one file, like DDP's): every tensor gathered to rank 0, which
+  writes an ordinary mmengine checkpoint (``state_dict`` keyed by the
+  model's own names, ``optimizer`` keyed by them too). Any runner, one
+  process or many, loads it.
+- **sharded** (a directory that names itself: ``mmstats_sharded.json``):
+  ``torch.distributed.checkpoint`` (DCP) files of every rank's shards
+  (``state_dict``, ``optimizer``) and rank 0's ``extra.pth`` (``meta``,
+  ``message_hub``, ``param_schedulers``...). DCP reshards on load (another
+  world size loads it); :func:`consolidate_checkpoint` turns it into the
+  full format without a process group.
+
+Whatever the format, :func:`refuse_partial_tensors` checks what is about to
+be written: a ``DTensor`` that is not replicated or a ``ShardedTensor`` in a
+single-file checkpoint raises instead of being saved.
+"""
+from __future__ import annotations
+
+import json
+import os
+import os.path as osp
+import re
+import time
+from typing import Any, Callable, Iterator, Optional, Tuple
+
+import torch
+from torch import nn
+
+__all__ = [
+    'ShardedCheckpointing', 'refuse_partial_tensors', 'is_sharded_checkpoint',
+    'consolidate_checkpoint', 'MARKER'
+]
+
+#: the file that makes a directory an mmstats sharded checkpoint
+MARKER = 'mmstats_sharded.json'
+#: rank 0's file of the non-tensor parts (meta, message hub, schedulers)
+EXTRA = 'extra.pth'
+#: the parts of an mmengine checkpoint that DCP holds
+SHARDED_KEYS = ('state_dict', 'optimizer')
+#: what an optimizer state dict holds besides the wrapper's own entries
+OPTIMIZER_KEYS = ('state', 'param_groups')
+
+
+def _leaves(obj: Any, prefix: str = '') -> Iterator[Tuple[str, Any]]:
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _leaves(value, f'{prefix}{key}.')
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from _leaves(value, f'{prefix}{i}.')
+    else:
+        yield prefix[:-1], obj
+
+
+def _is_partial(value: Any) -> bool:
+    """A tensor that holds one rank's part of a larger one."""
+    try:
+        from torch.distributed._shard.sharded_tensor import ShardedTensor
+    except ImportError:  # pragma: no cover - a torch without it
+        ShardedTensor = ()
+    if isinstance(value, ShardedTensor):
+        return True
+    placements = getattr(value, 'placements', None)  # a DTensor
+    return placements is not None and not all(
+        p.is_replicate() for p in placements)
+
+
+def refuse_partial_tensors(checkpoint: dict, where: str) -> None:
+    """Raise if ``checkpoint`` holds a sharded tensor (a ``DTensor`` with a
+    ``Shard``/``Partial`` placement, a ``ShardedTensor``): written to one
+    file, it would claim the whole tensor and hold one rank's part.
+
+    Args:
+        checkpoint (dict): What is about to be written.
+        where (str): The file, for the message.
+
+    Raises:
+        RuntimeError: Naming the first such entry.
+
+    Example:
+        >>> refuse_partial_tensors({'state_dict': {'w': torch.ones(2)}},
+        ...                        'epoch_1.pth')
+    """
+    for key, value in _leaves(checkpoint):
+        if _is_partial(value):
+            raise RuntimeError(
+                f'refusing to write {where}: {key} is a '
+                f'{type(value).__name__} holding one rank\'s shard '
+                f'(local shape {tuple(_local(value).shape)} of '
+                f'{tuple(value.shape)}). Save it through '
+                "mmstats.FSDP2Strategy / mmstats.FSDPStrategy, which "
+                'gather full tensors or write a sharded checkpoint '
+                '(docs/checkpoints.md).')
+
+
+def _local(value: Any) -> torch.Tensor:
+    if hasattr(value, 'to_local'):
+        return value.to_local()
+    shards = value.local_shards()
+    return shards[0].tensor if shards else torch.empty(0)
+
+
+def is_sharded_checkpoint(path: str) -> bool:
+    """Whether ``path`` is a directory written in the sharded format.
+
+    Example:
+        >>> is_sharded_checkpoint('work_dirs/x/epoch_1.pth')
+        False
+    """
+    return osp.isfile(osp.join(path, MARKER))
+
+
+def consolidate_checkpoint(path: str) -> dict:
+    """Read a sharded checkpoint directory as one full checkpoint dict, on
+    one process and without a process group (DCP's own reader).
+
+    Args:
+        path (str): The directory (``epoch_N.pth`` of a sharded run).
+
+    Returns:
+        dict: ``state_dict`` (full tensors, the model's names),
+        ``optimizer``, and the rest (``meta``, ``message_hub``...), as the
+        full format holds them.
+
+    Example:
+        .. code-block:: python
+
+            ckpt = consolidate_checkpoint('work_dirs/fsdp/epoch_2.pth')
+            model.load_state_dict(ckpt['state_dict'])
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.format_utils import \
+        _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import \
+        _load_state_dict
+    if not is_sharded_checkpoint(path):
+        raise ValueError(f'{path!r} is not an mmstats sharded checkpoint '
+                         f'(no {MARKER} in it)')
+    tensors: dict = {}
+    # dcp_to_torch_save's reading, into memory instead of a second file
+    _load_state_dict(
+        tensors,
+        storage_reader=FileSystemReader(path),
+        planner=_EmptyStateDictLoadPlanner(),
+        no_dist=True)
+    checkpoint = torch.load(
+        osp.join(path, EXTRA), map_location='cpu', weights_only=False)
+    checkpoint.update(tensors)
+    return checkpoint
+
+
+def revise_state_dict_keys(state_dict: dict, revise_keys: list) -> dict:
+    """mmengine's ``revise_keys`` (``[(pattern, replacement)]``) applied to
+    the keys of a full model state dict.
+
+    Example:
+        >>> revise_state_dict_keys({'module.w': 1}, [(r'^module\\.', '')])
+        {'w': 1}
+    """
+    for pattern, replacement in revise_keys:
+        state_dict = {
+            re.sub(pattern, replacement, k): v
+            for k, v in state_dict.items()
+        }
+    return state_dict
+
+
+class ShardedCheckpointing:
+    """The checkpoint methods of an mmengine strategy whose model is
+    sharded by FSDP1 or FSDP2 (mixed into the strategy class, before it).
+
+    Every rank calls them (gathering and DCP are collectives); rank 0
+    writes the full format. The strategy sets :attr:`full_state_dict`.
+
+    Example:
+        >>> class MyStrategy(ShardedCheckpointing, object):
+        ...     full_state_dict = True
+        >>> MyStrategy.full_state_dict
+        True
+    """
+
+    #: True: one file of full tensors; False: a sharded directory
+    full_state_dict: bool = True
+
+    # -- state dicts -------------------------------------------------------
+    def _options(self, full: bool, strict: bool = True) -> Any:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+        return StateDictOptions(
+            full_state_dict=full, cpu_offload=full, strict=strict)
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        return self.optim_wrapper.optimizer
+
+    def model_state_dict(self) -> dict:
+        """The model's state dict in the strategy's format (full: on rank
+        0, empty on the others)."""
+        from torch.distributed.checkpoint.state_dict import \
+            get_model_state_dict
+        return get_model_state_dict(
+            self.model, options=self._options(self.full_state_dict))
+
+    def optim_state_dict(self) -> dict:
+        """The optimizer's state dict (keyed by parameter names) and the
+        optimizer wrapper's own entries (AMP's ``loss_scaler``)."""
+        from torch.distributed.checkpoint.state_dict import \
+            get_optimizer_state_dict
+        state = get_optimizer_state_dict(
+            self.model,
+            self._optimizer(),
+            options=self._options(self.full_state_dict))
+        for key, value in self.optim_wrapper.state_dict().items():
+            if key not in OPTIMIZER_KEYS:
+                state[key] = value
+        return state
+
+    def load_model_state_dict(self,
+                              state_dict: dict,
+                              *,
+                              strict: bool = False,
+                              revise_keys: list = [(r'^module.', '')
+                                                   ]) -> None:
+        """Load a full model state dict (every rank holds it) into the
+        sharded model; missing and unexpected keys are logged as mmengine
+        logs them (``strict=False``) or raise."""
+        from torch.distributed.checkpoint.state_dict import \
+            set_model_state_dict
+        state_dict = revise_state_dict_keys(state_dict, revise_keys)
+        result = set_model_state_dict(
+            self.model,
+            state_dict,
+            options=self._options(True, strict=strict))
+        if result.missing_keys or result.unexpected_keys:
+            self.logger.warning(
+                f'missing keys in source state_dict: {result.missing_keys}; '
+                f'unexpected keys: {result.unexpected_keys}')
+
+    def load_optim_state_dict(self, state_dict: dict) -> None:
+        """Load a full optimizer state dict (as :meth:`optim_state_dict`
+        writes it) and the wrapper's own entries."""
+        from torch.distributed.checkpoint.state_dict import \
+            set_optimizer_state_dict
+        state_dict = dict(state_dict)
+        optimizer = {k: state_dict.pop(k) for k in OPTIMIZER_KEYS}
+        set_optimizer_state_dict(
+            self.model,
+            self._optimizer(),
+            optimizer,
+            options=self._options(True))
+        self.load_optim_state_dict_extras(state_dict)
+
+    # -- files -------------------------------------------------------------
+    def save_checkpoint(self,
+                        filename: str,
+                        *,
+                        save_optimizer: bool = True,
+                        save_param_scheduler: bool = True,
+                        extra_ckpt: Optional[dict] = None,
+                        callback: Optional[Callable] = None) -> None:
+        """Save on every rank (a collective): rank 0 writes one file of full
+        tensors, or every rank its shards into the directory
+        ``filename``."""
+        import mmengine
+        from mmengine.dist import get_rank
+        checkpoint: dict = {'state_dict': self.model_state_dict()}
+        if save_optimizer and hasattr(self, 'optim_wrapper'):
+            checkpoint['optimizer'] = self.optim_state_dict()
+        if save_param_scheduler and hasattr(self, 'param_schedulers'):
+            checkpoint['param_schedulers'] = self.scheduler_state_dict()
+        extra_ckpt = dict(extra_ckpt or {})
+        extra_ckpt.setdefault('meta', {}).update(
+            seed=self.seed,
+            time=time.strftime('%Y%m%d_%H%M%S', time.localtime()),
+            mmengine=mmengine.__version__)
+        checkpoint.update(extra_ckpt)
+        if callback is not None:
+            callback(checkpoint)
+        if self.full_state_dict:
+            if get_rank() == 0:
+                refuse_partial_tensors(checkpoint, filename)
+                from mmengine.runner.checkpoint import save_checkpoint
+                save_checkpoint(checkpoint, filename)
+            return
+        self._save_sharded(filename, checkpoint)
+
+    def _save_sharded(self, path: str, checkpoint: dict) -> None:
+        import torch.distributed.checkpoint as dcp
+        from mmengine.dist import barrier, get_rank, get_world_size
+        sharded = {k: checkpoint.pop(k) for k in SHARDED_KEYS if k in checkpoint}
+        optimizer = sharded.get('optimizer', {})
+        wrapper_own = {
+            k: optimizer.pop(k)
+            for k in list(optimizer) if k not in OPTIMIZER_KEYS
+        }
+        if get_rank() == 0:
+            os.makedirs(path, exist_ok=True)
+            checkpoint['optimizer_wrapper'] = wrapper_own
+            refuse_partial_tensors(checkpoint, osp.join(path, EXTRA))
+            torch.save(checkpoint, osp.join(path, EXTRA))
+        barrier()
+        dcp.save(sharded, checkpoint_id=path)
+        if get_rank() == 0:  # written last: a complete directory
+            with open(osp.join(path, MARKER), 'w') as f:
+                json.dump(
+                    dict(
+                        format='torch.distributed.checkpoint',
+                        world_size=get_world_size(),
+                        sharded=list(sharded),
+                        extra=EXTRA), f)
+        barrier()
+
+    def _read_checkpoint(self, filename: str,
+                         map_location: Any) -> Tuple[dict, bool]:
+        """(checkpoint, is_sharded); a sharded one without its tensors."""
+        if osp.isdir(filename) and not is_sharded_checkpoint(filename):
+            raise ValueError(
+                f'{filename!r} is a directory but not an mmstats sharded '
+                f'checkpoint (no {MARKER}): an mmengine FSDPStrategy '
+                "checkpoint of 'local' state dicts (rank*.pth) loads under "
+                "mmengine's FSDPStrategy with the same number of processes "
+                'only')
+        if is_sharded_checkpoint(filename):
+            # torch's default loading, as mmengine's own _load_checkpoint
+            checkpoint = torch.load(
+                osp.join(filename, EXTRA), map_location='cpu')
+            return checkpoint, True
+        from mmengine.runner.checkpoint import _load_checkpoint
+        if map_location == 'default':
+            map_location = 'cpu'
+        return _load_checkpoint(filename, map_location=map_location), False
+
+    def _load_sharded(self, path: str, with_optimizer: bool,
+                      strict: bool) -> None:
+        """DCP's load into this rank's shards (any world size)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict, get_optimizer_state_dict,
+            set_model_state_dict, set_optimizer_state_dict)
+        options = self._options(False, strict=strict)
+        state = {'state_dict': get_model_state_dict(self.model, options=options)}
+        if with_optimizer:
+            state['optimizer'] = get_optimizer_state_dict(
+                self.model, self._optimizer(), options=options)
+        dcp.load(state, checkpoint_id=path)
+        set_model_state_dict(self.model, state['state_dict'], options=options)
+        if with_optimizer:
+            set_optimizer_state_dict(
+                self.model,
+                self._optimizer(),
+                state['optimizer'],
+                options=options)
+
+    def load_checkpoint(self,
+                        filename: str,
+                        *,
+                        map_location: Any = 'cpu',
+                        strict: bool = False,
+                        revise_keys: list = [(r'^module.', '')],
+                        callback: Optional[Callable] = None) -> dict:
+        """Load the weights of either format (any world size), on every
+        rank; returns the rest of the checkpoint."""
+        self.logger.info(f'Load checkpoint from {filename}')
+        checkpoint, sharded = self._read_checkpoint(filename, map_location)
+        if callback is not None:
+            callback(checkpoint)
+        if sharded:
+            self._load_sharded(filename, with_optimizer=False, strict=strict)
+        else:
+            self.load_model_state_dict(
+                checkpoint.pop('state_dict'),
+                strict=strict,
+                revise_keys=revise_keys)
+        return checkpoint
+
+    def resume(self,
+               filename: str,
+               *,
+               resume_optimizer: bool = True,
+               resume_param_scheduler: bool = True,
+               map_location: Any = 'default',
+               callback: Optional[Callable] = None) -> dict:
+        """Model, optimizer, schedulers and seed, as mmengine's resume,
+        from either format."""
+        self.logger.info(f'Resume checkpoint from {filename}')
+        checkpoint, sharded = self._read_checkpoint(filename, map_location)
+        if callback is not None:
+            callback(checkpoint)
+        if sharded:
+            self._load_sharded(
+                filename, with_optimizer=resume_optimizer, strict=True)
+            own = checkpoint.pop('optimizer_wrapper', {})
+            if resume_optimizer and own:
+                self.load_optim_state_dict_extras(own)
+        else:
+            self.load_model_state_dict(
+                checkpoint.pop('state_dict'), strict=True, revise_keys=[])
+            if resume_optimizer:
+                self.load_optim_state_dict(checkpoint.pop('optimizer'))
+        if resume_param_scheduler and hasattr(self, 'param_schedulers'):
+            self.load_scheduler_state_dict(checkpoint.pop('param_schedulers'))
+        self._resume_seed(checkpoint)
+        self._resume_accumulation(checkpoint)
+        return checkpoint
+
+    def load_optim_state_dict_extras(self, own: dict) -> None:
+        """The optimizer wrapper's own entries (AMP's ``loss_scaler``)."""
+        if 'loss_scaler' in own:
+            self.optim_wrapper.loss_scaler.load_state_dict(own['loss_scaler'])
+        if 'base_param_settings' in own:
+            self.optim_wrapper.base_param_settings = own['base_param_settings']
+
+    def _resume_accumulation(self, checkpoint: dict) -> None:
+        """mmengine's resume of gradient accumulation's counter."""
+        counts = getattr(
+            getattr(self, 'optim_wrapper', None), '_accumulative_counts', 1)
+        if counts > 1:
+            if 'max_iters' not in self.dispatch_kwargs:
+                raise ValueError(
+                    '"max_iters" must be specified because '
+                    f'"accumulative_counts" was set as {counts} which is '
+                    'greater than 1.')
+            self.optim_wrapper.initialize_count_status(
+                self.model, checkpoint['meta']['iter'],
+                self.dispatch_kwargs['max_iters'])
+
+    def _resume_seed(self, checkpoint: dict) -> None:
+        """mmengine's resume of the random seed."""
+        resumed = checkpoint.get('meta', {}).get('seed')
+        current = self._randomness.get('seed')
+        if resumed is not None and resumed != current:
+            if current is not None:
+                self.logger.warning(
+                    f'The value of random seed in the checkpoint '
+                    f'"{resumed}" is different from the value in '
+                    f'`randomness` config "{current}"')
+            self._randomness.update(seed=resumed)
+            self._set_randomness(**self._randomness)
+
