@@ -13,8 +13,8 @@ never silently resolves to mmstats' hook (or ours to another package's).
 Three registries exist: ``HOOKS``, ``MODEL_WRAPPERS`` (``mmstats.FullyShard``,
 FSDP2's sharding) and ``STRATEGIES`` (``mmstats.FSDP2Strategy``,
 ``mmstats.FSDPStrategy``, ``mmstats.DeepSpeedStrategy``: checkpoints that
-hold every rank's shard, for ``FlexibleRunner`` configs). ``default_scope='mmstats'`` is not
-needed (mmstats has no models or datasets; under it a Runner warns for
+hold every rank's shard, for ``FlexibleRunner`` configs).
+``default_scope='mmstats'`` is not needed (mmstats has no models or datasets; under it a Runner warns for
 every other registry): keep the config's own scope and use the prefix. See
 ``docs/architecture.md``.
 """
@@ -39,4 +39,7 @@ STRATEGIES = Registry(
     'strategy',
     parent=MMENGINE_STRATEGIES,
     scope='mmstats',
-    locations=['mmstats.strategies'])
+    locations=[
+        'mmstats.strategies.fsdp', 'mmstats.strategies.fsdp2',
+        'mmstats.strategies.deepspeed'
+    ])

@@ -102,6 +102,18 @@ class SpikeDetector:
         """Forget every history (a new run)."""
         self._history.clear()
 
+    def state_dict(self) -> dict:
+        """Every name's history (plain floats), for a checkpoint."""
+        return {name: list(h) for name, h in self._history.items()}
+
+    def load_state_dict(self, state: Mapping[str, Sequence[float]]) -> None:
+        """Continue the histories of :meth:`state_dict` (a resumed run);
+        each keeps its last ``window`` values."""
+        self._history = {
+            name: deque(map(float, values), maxlen=self.window)
+            for name, values in state.items()
+        }
+
     def history(self, name: str) -> List[float]:
         """The values of ``name`` a next :meth:`check` compares with."""
         return list(self._history.get(name, ()))

@@ -110,8 +110,7 @@ class RandomStateHook(Hook):
             return
         if self.every_n_epochs(
                 runner, checkpoint.interval, checkpoint.save_begin) or (
-                    checkpoint.save_last
-                    and self.is_last_train_epoch(runner)):
+                    checkpoint.save_last and self.is_last_train_epoch(runner)):
             self._store(runner)
 
     def before_val(self, runner: Runner) -> None:

@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
 __all__ = ['StatsCollectorHook']
 
 OWNER = 'StatsCollectorHook'
+#: where a checkpoint's ``meta`` holds the spike histories
+SPIKES_KEY = 'mmstats_spike_history'
 
 
 @HOOKS.register_module()
@@ -60,10 +62,8 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
     to ``after_run``: building the hook makes nothing live. See
     ``docs/logging.md``.
 
-    A misspelt argument names the closest one (``intervall=5``: "did you
-    mean interval?"); a second StatsCollectorHook in the same run (two
-    pasted ``custom_hooks`` snippets) is refused at ``before_run``, naming
-    both.
+    A misspelt argument names the closest one; a second
+    StatsCollectorHook in the same run is refused at ``before_run``.
 
     Args:
         interval (int, optional): Publish every ``interval`` inner
@@ -76,12 +76,10 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
             Defaults to ``'.*'``.
         stats (Sequence[str]): Statistics to publish, from ``'num'``,
             ``'mean'``, ``'std'``, ``'min'``, ``'max'``, ``'nonfinite'`` and
-            quantiles ``'pNN'`` (e.g. ``'p50'``, ``'p99.9'``: the collectors
-            then keep quantile sketches, within 1% relative for any float64
-            magnitude, ~0.2 KB per loss-like name; an update sends ~0.2 KB
-            per such name, at most 8 MB for all names; memory, traffic and
-            the magnitudes that get no value in ``docs/quantiles.md``).
-            Defaults to ``('mean', 'std', 'min', 'max')``.
+            quantiles ``'pNN'`` (e.g. ``'p50'``, ``'p99.9'``: quantile
+            sketches within 1% relative; memory and traffic in
+            ``docs/quantiles.md``). Defaults to ``('mean', 'std', 'min',
+            'max')``.
         log_stats (Sequence[str]): The subset of ``stats`` shown in the text
             log line (keeps lines short). Defaults to ``('mean', )``.
         prefix (str): Prefix of the visualizer and message hub keys (the
@@ -93,10 +91,8 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
             model's under the name, ``train_step``'s as
             ``train_step/<name>``, with a warning. Defaults to True.
         collect_timing (bool): Report every rank's iteration ``time`` and
-            ``data_time`` (the log shows their max over ranks; the slowest
-            rank of the interval, the one with the largest summed
-            ``data_time``, goes to the visualizers as
-            ``<prefix>/data_time/slowest_rank``). Defaults to True.
+            ``data_time`` (the log shows their max over ranks; the visualizers
+            get ``<prefix>/data_time/slowest_rank``). Defaults to True.
         keep_previous (bool): Re-publish a name's previous statistics when
             it got no new values (stale numbers on the line and in the
             visualizers); False publishes nothing for it then. Defaults to
@@ -115,20 +111,18 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
             all but ModuleStatsHook's.
         hub_regex (str, optional): Names (without ``val/``/``test/``) whose
             statistics also go to the message hub as
-            ``<prefix>/<name>/<stat>`` (a history of 10 values each, ~10 us
-            per key and publication), for a hook of your own that reads
-            ``runner.message_hub``. None: none. The visualizers get every
-            statistic either way, and the hub always holds the text line's
-            keys (``train/<name>/<stat>``) for LoggerHook. Defaults to None.
+            ``<prefix>/<name>/<stat>`` (~10 us per key and publication), for
+            a hook of your own. None: none (the hub always holds the text
+            line's keys for LoggerHook). Defaults to None.
         spike_regex (str, optional): Training names (``re.fullmatch``)
             watched for spikes: a publication whose ``spike_stat`` over all
             ranks exceeds ``spike_factor`` times the median of the name's
             last ``spike_window`` publications (at least 5 of them) warns,
             naming the rank that reported the largest value (one small
             collective, only when a name spikes), or raises. None: off (no
-            work). Defaults to ``'loss'``: the total loss ``train_step``
-            returns (a healthy digits demo run stays below 1.1x). See
-            ``docs/spikes_histograms.md``.
+            work). Defaults to ``'loss'``, ``train_step``'s total loss.
+            The histories are saved with checkpoints and continue after a
+            resume. See ``docs/spikes_histograms.md``.
         spike_stat (str): ``'max'`` (the interval's largest value: a
             single bad batch on a single rank) or ``'mean'``. Defaults to
             ``'max'``.
@@ -220,6 +214,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         # built in before_run, dropped in after_run
         self.collectors: Dict[str, Collector] = {}
         self._previous_phase: Optional[str] = None
+        self._resumed_spikes: Optional[dict] = None  # a checkpoint's
         self._start_run()
 
     @property
@@ -247,7 +242,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
             NameMatch(self.histogram_regex))
         self._hist_writers: list = []  # rank 0's TensorBoard / W&B backends
         if self.spikes is not None:
-            self.spikes.reset()
+            self.spikes.load_state_dict(self._resumed_spikes or {})
         self._time_sum = 0.0
         self._unpublished = 0  # training iterations since the publication
         self._last_iter: Optional[int] = None  # the last one published
@@ -273,8 +268,8 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         }
 
     def after_run(self, runner: Runner) -> None:
-        """Drop the collectors."""
-        self.collectors = {}  # no longer live: report() keeps nothing
+        """Drop the collectors and a checkpoint's spike histories."""
+        self.collectors, self._resumed_spikes = {}, None
 
     def publishes_after(self, runner: Runner, batch_idx: int) -> bool:
         """Whether the statistics are published after training iteration
@@ -407,13 +402,19 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         """Wrap the loaders' ``collate_fn`` (values ride with batches)."""
         self._batches.enable(runner)
 
-    def before_val(self, runner: Runner) -> None:
-        """Wrap the loaders' ``collate_fn`` (values ride with batches)."""
-        self._batches.enable(runner)
+    before_val = before_test = before_train
 
-    def before_test(self, runner: Runner) -> None:
-        """Wrap the loaders' ``collate_fn`` (values ride with batches)."""
-        self._batches.enable(runner)
+    def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
+        """Save the spike detector's histories with the checkpoint."""
+        if self.spikes is not None:
+            checkpoint.setdefault('meta', {})[SPIKES_KEY] = (
+                self.spikes.state_dict())
+
+    def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
+        """Continue them (also after ``before_run``'s reset)."""
+        self._resumed_spikes = checkpoint.get('meta', {}).get(SPIKES_KEY)
+        if self.spikes is not None and self._resumed_spikes is not None:
+            self.spikes.load_state_dict(self._resumed_spikes)
 
     def _before_iter(self,
                      runner: Runner,

@@ -1,20 +1,41 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """mmengine strategies whose checkpoints hold every rank's shard, resume and
 evaluate (``docs/checkpoints.md``): ``type='mmstats.FSDP2Strategy'``,
-``'mmstats.FSDPStrategy'``, ``'mmstats.DeepSpeedStrategy'``."""
-from .consolidate import (SCHEME, is_checkpoint_directory,
+``'mmstats.FSDPStrategy'``, ``'mmstats.DeepSpeedStrategy'``.
+
+The strategies load on first use (``mmstats.registry.STRATEGIES`` imports
+their modules): importing :mod:`mmstats.strategies.consolidate` to read a
+checkpoint imports neither mmengine's strategies nor DeepSpeed.
+"""
+import importlib
+from typing import Any
+
+from .consolidate import (SCHEME, consolidate_checkpoint,
+                          is_checkpoint_directory, is_deepspeed_checkpoint,
+                          is_sharded_checkpoint, read_deepspeed_checkpoint,
                           read_full_checkpoint, register_consolidating_loader)
-from .deepspeed import (DeepSpeedStrategy, is_deepspeed_checkpoint,
-                        read_deepspeed_checkpoint)
-from .fsdp import FSDPStrategy
-from .fsdp2 import FSDP2Strategy
-from .state_dicts import (consolidate_checkpoint, is_sharded_checkpoint,
-                          refuse_partial_tensors)
+
+_LAZY = {
+    'DeepSpeedStrategy': '.deepspeed',
+    'FSDPStrategy': '.fsdp',
+    'FSDP2Strategy': '.fsdp2',
+    'ShardedCheckpointing': '.state_dicts',
+    'refuse_partial_tensors': '.state_dicts',
+}
 
 __all__ = [
     'DeepSpeedStrategy', 'FSDPStrategy', 'FSDP2Strategy',
-    'consolidate_checkpoint', 'is_sharded_checkpoint',
-    'is_deepspeed_checkpoint', 'read_deepspeed_checkpoint',
-    'refuse_partial_tensors', 'SCHEME', 'is_checkpoint_directory',
-    'read_full_checkpoint', 'register_consolidating_loader'
+    'ShardedCheckpointing', 'refuse_partial_tensors', 'SCHEME',
+    'consolidate_checkpoint', 'is_checkpoint_directory',
+    'is_deepspeed_checkpoint', 'is_sharded_checkpoint',
+    'read_deepspeed_checkpoint', 'read_full_checkpoint',
+    'register_consolidating_loader'
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

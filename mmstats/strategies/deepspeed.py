@@ -1,59 +1,14 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """DeepSpeedStrategy: mmengine's, with checkpoints that evaluate and hooks
 that see them."""
-import os.path as osp
 from typing import Any, Callable, Optional
 
 from mmengine._strategy import DeepSpeedStrategy as MMEngineDeepSpeedStrategy
 
 from mmstats.registry import STRATEGIES
+from .consolidate import read_deepspeed_checkpoint
 
-__all__ = ['DeepSpeedStrategy', 'read_deepspeed_checkpoint']
-
-
-def read_deepspeed_checkpoint(path: str) -> dict:
-    """A DeepSpeed checkpoint directory (``epoch_N.pth`` of a ZeRO run) as
-    one full checkpoint dict, on one process: DeepSpeed's own
-    ``zero_to_fp32`` gathers every rank's partitions (fp32 weights and
-    buffers); the client state (``meta``, ``message_hub``...) comes from
-    the model-states file.
-
-    Example:
-        .. code-block:: python
-
-            ckpt = read_deepspeed_checkpoint('work_dirs/zero3/epoch_2.pth')
-            model.load_state_dict(ckpt['state_dict'])
-    """
-    import glob
-
-    import torch
-    from deepspeed.utils.zero_to_fp32 import \
-        get_fp32_state_dict_from_zero_checkpoint
-    dirname, tag = osp.split(osp.normpath(path))
-    state_dict = get_fp32_state_dict_from_zero_checkpoint(dirname, tag=tag)
-    model_states = sorted(glob.glob(osp.join(path, '*model_states.pt')))
-    client = torch.load(
-        model_states[0], map_location='cpu',
-        weights_only=False) if model_states else {}
-    checkpoint = {
-        k: v
-        for k, v in client.items() if k in ('meta', 'message_hub',
-                                            'param_schedulers')
-    }
-    checkpoint['state_dict'] = dict(state_dict)
-    return checkpoint
-
-
-def is_deepspeed_checkpoint(path: str) -> bool:
-    """Whether ``path`` is a DeepSpeed checkpoint directory.
-
-    Example:
-        >>> is_deepspeed_checkpoint('work_dirs/x/epoch_1.pth')
-        False
-    """
-    import glob
-    return osp.isdir(path) and bool(
-        glob.glob(osp.join(path, '*model_states.pt')))
+__all__ = ['DeepSpeedStrategy']
 
 
 @STRATEGIES.register_module()
@@ -83,6 +38,16 @@ class DeepSpeedStrategy(MMEngineDeepSpeedStrategy):
         >>> STRATEGIES.get('DeepSpeedStrategy') is DeepSpeedStrategy
         True
     """
+
+    def _wrap_model(self, model: Any) -> Any:
+        """mmengine's, with DeepSpeed's micro batch size set as
+        ``FlexibleRunner`` sets it for a strategy named exactly
+        ``'DeepSpeedStrategy'``: the training loader's batch size, else 1.
+        """
+        self.config.setdefault(
+            'train_micro_batch_size_per_gpu',
+            self.dispatch_kwargs.get('train_micro_batch_size_per_gpu', 1))
+        return super()._wrap_model(model)
 
     def save_checkpoint(self,
                         filename: str,

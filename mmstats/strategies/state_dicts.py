@@ -26,7 +26,6 @@ be written: a ``DTensor`` that is not replicated or a ``ShardedTensor`` in a
 single-file checkpoint raises instead of being saved.
 """
 from __future__ import annotations
-
 import json
 import os
 import os.path as osp
@@ -35,17 +34,13 @@ import time
 from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
-from torch import nn
+
+from .consolidate import EXTRA, MARKER, is_sharded_checkpoint
 
 __all__ = [
-    'ShardedCheckpointing', 'refuse_partial_tensors', 'is_sharded_checkpoint',
-    'consolidate_checkpoint', 'MARKER'
+    'ShardedCheckpointing', 'refuse_partial_tensors', 'revise_state_dict_keys'
 ]
 
-#: the file that makes a directory an mmstats sharded checkpoint
-MARKER = 'mmstats_sharded.json'
-#: rank 0's file of the non-tensor parts (meta, message hub, schedulers)
-EXTRA = 'extra.pth'
 #: the parts of an mmengine checkpoint that DCP holds
 SHARDED_KEYS = ('state_dict', 'optimizer')
 #: what an optimizer state dict holds besides the wrapper's own entries
@@ -72,8 +67,8 @@ def _is_partial(value: Any) -> bool:
     if isinstance(value, ShardedTensor):
         return True
     placements = getattr(value, 'placements', None)  # a DTensor
-    return placements is not None and not all(
-        p.is_replicate() for p in placements)
+    return placements is not None and not all(p.is_replicate()
+                                              for p in placements)
 
 
 def refuse_partial_tensors(checkpoint: dict, where: str) -> None:
@@ -111,55 +106,6 @@ def _local(value: Any) -> torch.Tensor:
     return shards[0].tensor if shards else torch.empty(0)
 
 
-def is_sharded_checkpoint(path: str) -> bool:
-    """Whether ``path`` is a directory written in the sharded format.
-
-    Example:
-        >>> is_sharded_checkpoint('work_dirs/x/epoch_1.pth')
-        False
-    """
-    return osp.isfile(osp.join(path, MARKER))
-
-
-def consolidate_checkpoint(path: str) -> dict:
-    """Read a sharded checkpoint directory as one full checkpoint dict, on
-    one process and without a process group (DCP's own reader).
-
-    Args:
-        path (str): The directory (``epoch_N.pth`` of a sharded run).
-
-    Returns:
-        dict: ``state_dict`` (full tensors, the model's names),
-        ``optimizer``, and the rest (``meta``, ``message_hub``...), as the
-        full format holds them.
-
-    Example:
-        .. code-block:: python
-
-            ckpt = consolidate_checkpoint('work_dirs/fsdp/epoch_2.pth')
-            model.load_state_dict(ckpt['state_dict'])
-    """
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.format_utils import \
-        _EmptyStateDictLoadPlanner
-    from torch.distributed.checkpoint.state_dict_loader import \
-        _load_state_dict
-    if not is_sharded_checkpoint(path):
-        raise ValueError(f'{path!r} is not an mmstats sharded checkpoint '
-                         f'(no {MARKER} in it)')
-    tensors: dict = {}
-    # dcp_to_torch_save's reading, into memory instead of a second file
-    _load_state_dict(
-        tensors,
-        storage_reader=FileSystemReader(path),
-        planner=_EmptyStateDictLoadPlanner(),
-        no_dist=True)
-    checkpoint = torch.load(
-        osp.join(path, EXTRA), map_location='cpu', weights_only=False)
-    checkpoint.update(tensors)
-    return checkpoint
-
-
 def revise_state_dict_keys(state_dict: dict, revise_keys: list) -> dict:
     """mmengine's ``revise_keys`` (``[(pattern, replacement)]``) applied to
     the keys of a full model state dict.
@@ -195,9 +141,16 @@ class ShardedCheckpointing:
 
     # -- state dicts -------------------------------------------------------
     def _options(self, full: bool, strict: bool = True) -> Any:
+        """Full: gathered into host memory on rank 0 (``cpu_offload``);
+        a model on the CPU keeps its tensors where they are (FSDP1's
+        offload of CPU tensors crashes in torch 2.13: a segmentation fault
+        in its state-dict hook)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions
+        on_cpu = all(p.device.type == 'cpu' for p in self.model.parameters())
         return StateDictOptions(
-            full_state_dict=full, cpu_offload=full, strict=strict)
+            full_state_dict=full,
+            cpu_offload=full and not on_cpu,
+            strict=strict)
 
     def _optimizer(self) -> torch.optim.Optimizer:
         return self.optim_wrapper.optimizer
@@ -228,8 +181,7 @@ class ShardedCheckpointing:
                               state_dict: dict,
                               *,
                               strict: bool = False,
-                              revise_keys: list = [(r'^module.', '')
-                                                   ]) -> None:
+                              revise_keys: list = [(r'^module.', '')]) -> None:
         """Load a full model state dict (every rank holds it) into the
         sharded model; missing and unexpected keys are logged as mmengine
         logs them (``strict=False``) or raise."""
@@ -237,9 +189,7 @@ class ShardedCheckpointing:
             set_model_state_dict
         state_dict = revise_state_dict_keys(state_dict, revise_keys)
         result = set_model_state_dict(
-            self.model,
-            state_dict,
-            options=self._options(True, strict=strict))
+            self.model, state_dict, options=self._options(True, strict=strict))
         if result.missing_keys or result.unexpected_keys:
             self.logger.warning(
                 f'missing keys in source state_dict: {result.missing_keys}; '
@@ -296,7 +246,10 @@ class ShardedCheckpointing:
     def _save_sharded(self, path: str, checkpoint: dict) -> None:
         import torch.distributed.checkpoint as dcp
         from mmengine.dist import barrier, get_rank, get_world_size
-        sharded = {k: checkpoint.pop(k) for k in SHARDED_KEYS if k in checkpoint}
+        sharded = {
+            k: checkpoint.pop(k)
+            for k in SHARDED_KEYS if k in checkpoint
+        }
         optimizer = sharded.get('optimizer', {})
         wrapper_own = {
             k: optimizer.pop(k)
@@ -347,7 +300,9 @@ class ShardedCheckpointing:
             get_model_state_dict, get_optimizer_state_dict,
             set_model_state_dict, set_optimizer_state_dict)
         options = self._options(False, strict=strict)
-        state = {'state_dict': get_model_state_dict(self.model, options=options)}
+        state = {
+            'state_dict': get_model_state_dict(self.model, options=options)
+        }
         if with_optimizer:
             state['optimizer'] = get_optimizer_state_dict(
                 self.model, self._optimizer(), options=options)
@@ -445,4 +400,3 @@ class ShardedCheckpointing:
                     f'`randomness` config "{current}"')
             self._randomness.update(seed=resumed)
             self._set_randomness(**self._randomness)
-

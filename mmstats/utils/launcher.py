@@ -80,7 +80,7 @@ def init_cpu_distributed(launcher: str, timeout_s: int = 1800) -> None:
         os.environ.update(_env_from_mpi(port))
     elif launcher != 'pytorch':
         raise LaunchRefused(f'launcher must be one of {LAUNCHERS[1:]} to '
-                         f'initialise a process group, got {launcher!r}')
+                            f'initialise a process group, got {launcher!r}')
     dist.init_process_group('gloo', timeout=timedelta(seconds=timeout_s))
 
 
@@ -113,7 +113,9 @@ def no_buffer_sync_kwargs() -> dict:
 
 
 #: strategies whose model wrapper needs a process group even on one process
-SHARDING_STRATEGIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')
+#: (DDP's wrapper too: ``python tools/test.py`` with a DDP config)
+GROUP_STRATEGIES = ('DDPStrategy', 'FSDPStrategy', 'FSDP2Strategy',
+                    'DeepSpeedStrategy')
 
 
 class LaunchRefused(ValueError):
@@ -191,17 +193,12 @@ def check_runner_type(cfg: 'Union[Config, dict]',
 
 
 def _needs_process_group(cfg: 'Union[Config, dict]') -> bool:
-    """Whether the config's strategy shards the model (FSDP1, FSDP2 through
-    a ``FullyShard`` wrapper, DeepSpeed): those need a process group, also
-    on one process."""
+    """Whether the config's strategy wraps the model in something that
+    needs a process group, also on one process (DDP, FSDP1, FSDP2,
+    DeepSpeed)."""
     strategy = cfg.get('strategy')
-    if not isinstance(strategy, dict):
-        return False
-    if _base_name(_type_name(strategy)) in SHARDING_STRATEGIES:
-        return True
-    wrapper = strategy.get('model_wrapper')
-    return isinstance(wrapper, dict) and _base_name(
-        _type_name(wrapper)) == 'FullyShard'
+    return isinstance(strategy, dict) and _base_name(
+        _type_name(strategy)) in GROUP_STRATEGIES
 
 
 def _free_port() -> str:
@@ -376,8 +373,8 @@ def setup_launcher(cfg: 'Union[Config, dict]',
     ``optim_wrapper`` becomes a ``DeepSpeedOptimWrapper`` (its
     ``clip_grad.max_norm`` the strategy's ``gradient_clipping``), so that a
     strategy fragment merges into any config; and ``launcher='none'`` with a
-    sharding strategy (FSDP1, FSDP2, DeepSpeed) becomes a ``'pytorch'``
-    launch of one process. With CUDA, mmengine initialises NCCL itself.
+    strategy whose wrapper needs a process group (DDP, FSDP1, FSDP2,
+    DeepSpeed) becomes a ``'pytorch'`` launch of one process. With CUDA, mmengine initialises NCCL itself.
     Idempotent.
 
     Args:

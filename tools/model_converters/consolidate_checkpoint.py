@@ -5,8 +5,8 @@
         work_dirs/fsdp/epoch_2.pth work_dirs/fsdp/epoch_2_full.pth
 
 Reads a sharded directory of ``mmstats.FSDPStrategy`` / ``FSDP2Strategy``
-(``torch.distributed.checkpoint``) or a DeepSpeed ZeRO 0-3 directory on one
-process, without a process group, and writes ``state_dict`` (full tensors,
+(``torch.distributed.checkpoint``), a DeepSpeed ZeRO 0-3 directory or an
+ordinary checkpoint file on one process, without a process group, and writes ``state_dict`` (full tensors,
 the model's own names) with the checkpoint's ``meta``: what ``load_from``
 of any config (one GPU, another strategy) takes for fine-tuning or
 evaluation. The optimizer state is left out (``docs/checkpoints.md``).
@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from mmstats.strategies import read_full_checkpoint
+from mmstats.utils import allow_mmengine_checkpoints
 
 
 def main(argv=None) -> str:
@@ -23,6 +24,7 @@ def main(argv=None) -> str:
     parser.add_argument('out', help='the checkpoint file to write')
     args = parser.parse_args(argv)
     from mmengine.runner.checkpoint import save_checkpoint
+    allow_mmengine_checkpoints()  # torch.load(weights_only=True) of a file
     checkpoint = read_full_checkpoint(args.checkpoint)
     save_checkpoint(
         {
