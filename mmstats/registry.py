@@ -14,9 +14,9 @@ Three registries exist: ``HOOKS``, ``MODEL_WRAPPERS`` (``mmstats.FullyShard``,
 FSDP2's sharding) and ``STRATEGIES`` (``mmstats.FSDP2Strategy``,
 ``mmstats.FSDPStrategy``, ``mmstats.DeepSpeedStrategy``: checkpoints that
 hold every rank's shard, for ``FlexibleRunner`` configs).
-``default_scope='mmstats'`` is not needed (mmstats has no models or datasets; under it a Runner warns for
-every other registry): keep the config's own scope and use the prefix. See
-``docs/architecture.md``.
+``default_scope='mmstats'`` is not needed (mmstats has no models or
+datasets; under it a Runner warns for every other registry): keep the
+config's own scope and use the prefix. See ``docs/architecture.md``.
 """
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODEL_WRAPPERS as MMENGINE_MODEL_WRAPPERS

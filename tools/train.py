@@ -16,6 +16,7 @@ import argparse
 import os
 import os.path as osp
 import sys
+import time
 from typing import Any, Optional
 
 import torch
@@ -137,7 +138,8 @@ def use_amp(cfg: Config) -> None:
             '--amp under DeepSpeedStrategy: DeepSpeed does its own mixed '
             'precision; use --cfg-options strategy.bf16.enabled=True (or '
             'strategy.fp16.enabled=True) instead')
-    if str(wrapper.get('type', '')).endswith('FullyShard'):
+    if str(strategy.get('type', '')).endswith('FSDP2Strategy') or str(
+            wrapper.get('type', '')).endswith('FullyShard'):
         raise ValueError(
             '--amp under FSDP2 (FullyShard): its mixed precision is '
             'FullyShard\'s own; use --cfg-options '
@@ -223,6 +225,8 @@ def main(argv=None) -> None:
         train(cfg)
     except LaunchRefused as exc:  # before any process trains: said once
         say(f'error: {exc}')
+        if not is_first_process():  # torchrun ends the launch when one
+            time.sleep(3)  # process exits: rank 0 says why first
         sys.exit(1)
     # the runner is gone: its model wrapper's process groups die in
     # finish_distributed, not while the interpreter exits (an abort)

@@ -16,7 +16,7 @@ class DeepSpeedStrategy(MMEngineDeepSpeedStrategy):
     """mmengine's ``DeepSpeedStrategy`` whose checkpoints evaluate under
     ZeRO-3 and whose hooks see them (``docs/checkpoints.md``).
 
-    Two things differ from mmengine 0.10.7's:
+    Three things differ from mmengine 0.10.7's:
 
     - **Loading weights without an optimizer** (``tools/test.py``,
       ``load_from``) under ZeRO-3: DeepSpeed gathers the partitions with
@@ -25,6 +25,10 @@ class DeepSpeedStrategy(MMEngineDeepSpeedStrategy):
       'latest' file``). Here the gathered fp32 state dict of the named
       checkpoint (:func:`read_deepspeed_checkpoint`, any number of
       processes) is loaded into the partitioned model.
+    - **Evaluation under ZeRO-1/2** (no optimizer): DeepSpeed refuses to
+      build the engine ("zero stage 1 requires an optimizer"); as these
+      stages keep whole weights on every rank, the engine is built
+      without ZeRO and loads the checkpoint's weights.
     - **Hooks' checkpoint callbacks**: mmengine's strategy ignores them, so
       ``before_save_checkpoint`` / ``after_load_checkpoint`` never ran
       (PreciseBNHook's state, the message hub's once-per-line keys). Here
@@ -47,6 +51,11 @@ class DeepSpeedStrategy(MMEngineDeepSpeedStrategy):
         self.config.setdefault(
             'train_micro_batch_size_per_gpu',
             self.dispatch_kwargs.get('train_micro_batch_size_per_gpu', 1))
+        zero = self.config.get('zero_optimization') or {}
+        if not hasattr(self, 'optim_wrapper') and zero.get('stage') in (1, 2):
+            # evaluation: DeepSpeed refuses ZeRO-1/2 without an optimizer,
+            # and they partition nothing but optimizer state and gradients
+            self.config['zero_optimization'] = dict(zero, stage=0)
         return super()._wrap_model(model)
 
     def save_checkpoint(self,

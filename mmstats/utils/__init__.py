@@ -6,6 +6,6 @@ from .launcher import (LaunchRefused, build_runner, check_checkpoints,
 
 __all__ = [
     'LaunchRefused', 'allow_mmengine_checkpoints', 'build_runner',
-    'check_checkpoints', 'check_runner_type',
-    'finish_distributed', 'init_cpu_distributed', 'setup_launcher'
+    'check_checkpoints', 'check_runner_type', 'finish_distributed',
+    'init_cpu_distributed', 'setup_launcher'
 ]

@@ -374,8 +374,8 @@ def setup_launcher(cfg: 'Union[Config, dict]',
     ``clip_grad.max_norm`` the strategy's ``gradient_clipping``), so that a
     strategy fragment merges into any config; and ``launcher='none'`` with a
     strategy whose wrapper needs a process group (DDP, FSDP1, FSDP2,
-    DeepSpeed) becomes a ``'pytorch'`` launch of one process. With CUDA, mmengine initialises NCCL itself.
-    Idempotent.
+    DeepSpeed) becomes a ``'pytorch'`` launch of one process. With CUDA,
+    mmengine initialises NCCL itself. Idempotent.
 
     Args:
         cfg (Config | dict): The training config, with ``launcher`` set.

@@ -25,8 +25,9 @@ def use_strategy(cfg: Config, strategy: str, **fully_shard) -> None:
     """Set ``cfg``'s strategy by name: ``ddp``; FSDP1 on CPU with original
     (``fsdp``) or flat (``fsdp_flat``) parameters, or not sharded at all
     (``fsdp_noshard``: ``NO_SHARD``, original parameters); FSDP2 (``fsdp2``:
-    ``mmstats.FullyShard`` over ``FSDP2_BLOCKS``, ``fully_shard`` more of
-    its arguments; ``fsdp2_hsdp``: with 2 replicas); DeepSpeed ZeRO
+    ``mmstats.FSDP2Strategy``, ``FullyShard`` over ``FSDP2_BLOCKS``,
+    ``fully_shard`` more of its arguments; ``fsdp2_hsdp``: with 2
+    replicas); DeepSpeed ZeRO
     (``zero1``-``zero3``, with its optimizer wrapper: :func:`use_deepspeed`).
     """
     if strategy.startswith('zero'):
@@ -40,7 +41,7 @@ def use_strategy(cfg: Config, strategy: str, **fully_shard) -> None:
         if strategy == 'fsdp2_hsdp':
             fully_shard['replicas'] = 2
         cfg.strategy = dict(
-            type='DDPStrategy',
+            type='mmstats.FSDP2Strategy',
             model_wrapper=dict(
                 type='mmstats.FullyShard', blocks=FSDP2_BLOCKS, **fully_shard))
     elif strategy in ('fsdp', 'fsdp_flat', 'fsdp_noshard'):

@@ -613,3 +613,51 @@ def test_switched_off_nothing_is_kept():
     hook = StatsCollectorHook(spike_regex=None)
     assert hook.spikes is None and hook.histogram_regex is None
     assert hook._hist_writers == []
+
+
+def test_spike_history_is_saved_and_resumed(tmp_path, clean_mmengine):
+    """A checkpoint holds the spike detector's histories; a resumed run
+    starts from them (not from an empty history that cannot spike)."""
+    from mmstats.utils import allow_mmengine_checkpoints
+    allow_mmengine_checkpoints()
+    hook = dict(
+        type='mmstats.StatsCollectorHook',
+        interval=1,
+        spike_regex='loss',
+        spike_window=4)
+    cfg = toy_cfg(
+        tmp_path,
+        by_epoch=False,
+        max_iters=6,
+        log_interval=1,
+        custom_hooks=[hook])
+    cfg.default_hooks.checkpoint.interval = 6
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    saved = torch.load(
+        str(tmp_path / 'iter_6.pth'),
+        weights_only=True)['meta']['mmstats_spike_history']
+    losses = [
+        r['stats/loss/max'] for r in read_scalars(runner).values()
+        if 'stats/loss/max' in r
+    ]
+    assert saved == {'loss': losses[-4:]}
+    cfg = toy_cfg(
+        tmp_path,
+        by_epoch=False,
+        max_iters=7,
+        log_interval=1,
+        custom_hooks=[hook],
+        resume=True)
+    resumed = Runner.from_cfg(cfg)
+    seen = []
+    stats = [h for h in resumed.hooks if hasattr(h, 'spikes')][0]
+    before_train = stats.before_train
+
+    def check(runner):
+        seen.append(stats.spikes.history('loss'))
+        before_train(runner)
+
+    stats.before_train = check
+    resumed.train()
+    assert seen == [losses[-4:]]

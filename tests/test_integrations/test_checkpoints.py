@@ -52,8 +52,8 @@ CELLS = {
     'fsdp': ('fsdp', (), 'sharded'),
     'fsdp_full': ('fsdp', ('strategy.state_dict_cfg=full', ), 'file'),
     'fsdp2': ('fsdp2', (), 'file'),
-    'fsdp2_sharded': ('fsdp2', ('strategy.state_dict_cfg=sharded', ),
-                      'sharded'),
+    'fsdp2_sharded':
+    ('fsdp2', ('strategy.state_dict_cfg=sharded', ), 'sharded'),
     'zero1': ('zero3', ('strategy.zero_optimization.stage=1', ), 'deepspeed'),
     'zero2': ('zero3', ('strategy.zero_optimization.stage=2', ), 'deepspeed'),
     'zero3': ('zero3', (), 'deepspeed'),
@@ -73,7 +73,8 @@ def launch(script: str, args: list, deepspeed: bool):
     env.pop('DS_ACCELERATOR', None)  # the launcher sets it
     if not deepspeed:
         env = env_without_deepspeed(env)
-    return subprocess.run(['bash', osp.join(ROOT, 'tools', script), *args],
+    return subprocess.run(['bash',
+                           osp.join(ROOT, 'tools', script), *args],
                           cwd=ROOT,
                           env=env,
                           capture_output=True,
@@ -116,11 +117,10 @@ def trained(request, tmp_path_factory):
     options = (*COMMON, *options)
     full, part = str(tmp / 'full'), str(tmp / 'part')
     for cfg, work_dir, extra in ((config, full, []),
-                                 (interrupted_config(tmp, config), part, []),
-                                 (config, part, ['--resume'])):
+                                 (interrupted_config(tmp, config), part,
+                                  []), (config, part, ['--resume'])):
         result = launch('dist_train.sh', [
-            cfg, '2', '--work-dir', work_dir, *extra, '--cfg-options',
-            *options
+            cfg, '2', '--work-dir', work_dir, *extra, '--cfg-options', *options
         ], deepspeed)
         assert result.returncode == 0, (cell, result.stderr[-4000:])
     return Run(cell, config, options, deepspeed, full, part, result)
@@ -130,8 +130,8 @@ def records(work_dir: str) -> dict:
     """``{step: record}`` of every run's scalars.json in ``work_dir``, the
     records of a step merged (training steps only: ``stats/loss/mean``)."""
     out = {}
-    for path in sorted(glob.glob(osp.join(work_dir, '*', 'vis_data',
-                                          'scalars.json'))):
+    for path in sorted(
+            glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))):
         with open(path) as f:
             for line in f:
                 record = json.loads(line)
@@ -155,8 +155,8 @@ def full_weights(path: str) -> dict:
     from mmstats.strategies import read_full_checkpoint
     if osp.isdir(path):
         return read_full_checkpoint(path)['state_dict']
-    return torch.load(path, map_location='cpu', weights_only=False)[
-        'state_dict']
+    return torch.load(
+        path, map_location='cpu', weights_only=False)['state_dict']
 
 
 # the runs of one cell share its fixture: one xdist worker runs them
@@ -191,9 +191,9 @@ def test_checkpoint_holds_every_ranks_shard(trained):
     """Full tensors of the unsharded model's shapes (never a rank's shard),
     in the format the strategy names; the optimizer state of every
     parameter where the format holds it in one file."""
-    from digits_demo.registry import MODELS
     from mmengine.registry import DefaultScope
 
+    from digits_demo.registry import MODELS
     from mmstats.strategies import (is_deepspeed_checkpoint,
                                     is_sharded_checkpoint)
     path = osp.join(trained.full, f'epoch_{N}.pth')
@@ -202,13 +202,16 @@ def test_checkpoint_holds_every_ranks_shard(trained):
         'file': osp.isfile,
         'sharded': is_sharded_checkpoint,
         'deepspeed': is_deepspeed_checkpoint
-    }[fmt](path)
+    }[fmt](
+        path)
     with DefaultScope.overwrite_default_scope('digits_demo'):
         model = MODELS.build(Config.fromfile(PLAIN_CFG).model)
     want = {k: v.shape for k, v in model.state_dict().items()}
     weights = full_weights(path)  # DDP's keys: module.*, as mmengine's
-    assert {re.sub(r'^module\.', '', k): v.shape
-            for k, v in weights.items()} == want
+    assert {
+        re.sub(r'^module\.', '', k): v.shape
+        for k, v in weights.items()
+    } == want
     assert all(type(v) is torch.Tensor for v in weights.values())
     if fmt == 'file':
         checkpoint = torch.load(path, map_location='cpu', weights_only=False)
@@ -234,8 +237,8 @@ def test_checkpoint_evaluates_on_2_and_1_processes(trained, tmp_path):
     ], trained.deepspeed)
     assert result.returncode == 0, result.stderr[-3000:]
     found = re.findall(r'test: accuracy=([\d.]+)', result.stdout)
-    assert len(found) == 1 and abs(float(found[0]) - logged) < 0.5, (
-        found, logged)
+    assert len(found) == 1 and abs(float(found[0]) - logged) < 0.5, (found,
+                                                                     logged)
     test = load_tool('test')
     one = test.main([PLAIN_CFG, path, '--work-dir', str(tmp_path / 'one')])
     assert abs(one['accuracy'] - logged) < 0.5, (one, logged)

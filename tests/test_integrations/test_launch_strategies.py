@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 from mmengine.config import Config
 
-from mmstats.utils import build_runner, check_runner_type, setup_launcher
+from mmstats.utils import (LaunchRefused, build_runner, check_checkpoints,
+                           check_runner_type, setup_launcher)
 from tests.helpers.dist import free_port
 from tests.helpers.without_deepspeed import env_without_deepspeed
 from tests.test_integrations.test_tools_exit import load_tool
@@ -39,7 +40,7 @@ FRAGMENT_NAMES = sorted(f[:-3] for f in os.listdir(FRAGMENTS)
 BUILT = {
     'ddp': ('DDPStrategy', 'MMDistributedDataParallel'),
     'fsdp': ('FSDPStrategy', 'MMFullyShardedDataParallel'),
-    'fsdp2': ('DDPStrategy', 'FSDPModule'),
+    'fsdp2': ('FSDP2Strategy', 'FSDPModule'),
     'zero3': ('DeepSpeedStrategy', 'MMDeepSpeedEngineWrapper'),
 }
 # launched with DeepSpeed importable: the DeepSpeed one and the DDP one, whose
@@ -63,8 +64,9 @@ def test_every_fragment_merges_into_a_full_config(tmp_path, base, fragment):
     full = Config.fromfile(base)
     cfg = merged(tmp_path, base, fragment)
     assert cfg.runner_type == 'FlexibleRunner'
-    assert cfg.strategy.type in ('DDPStrategy', 'FSDPStrategy',
-                                 'DeepSpeedStrategy')
+    assert cfg.strategy.type in ('DDPStrategy', 'mmstats.FSDPStrategy',
+                                 'mmstats.FSDP2Strategy',
+                                 'mmstats.DeepSpeedStrategy')
     for key in ('optim_wrapper', 'train_dataloader', 'custom_hooks', 'model',
                 'param_scheduler'):
         assert cfg[key] == full[key], key  # the user's own, untouched
@@ -169,12 +171,32 @@ def test_deepspeed_refuses_what_it_cannot_take(tmp_path, optim, message):
         setup_launcher(cfg)
 
 
-def test_fsdp1_resume_is_refused_with_what_works(tmp_path):
+def test_fsdp1_resume_refused_under_mmengines_strategy_only(tmp_path):
+    """The fragment's ``mmstats.FSDPStrategy`` resumes; mmengine's own
+    ``FSDPStrategy`` cannot and is refused, naming ours."""
     cfg = merged(tmp_path, DEMO, 'fsdp')
     cfg.resume = True
-    cfg.launcher = 'none'
-    with pytest.raises(ValueError, match='load_from=CHECKPOINT'):
-        setup_launcher(cfg)
+    check_checkpoints(cfg)
+    cfg.strategy.type = 'FSDPStrategy'
+    with pytest.raises(LaunchRefused, match="type='mmstats.FSDPStrategy'"):
+        check_checkpoints(cfg)
+    cfg.resume = False
+    check_checkpoints(cfg)  # its checkpoints load (load_from)
+
+
+def test_fully_shard_under_ddp_strategy_is_refused(tmp_path):
+    """mmengine's DDPStrategy would save rank 0's FSDP2 shards as the
+    model: refused by the launcher and by FullyShard itself (another
+    package's launcher)."""
+    from torch import nn
+
+    from mmstats.wrappers import FullyShard
+    cfg = merged(tmp_path, DEMO, 'fsdp2')
+    cfg.strategy.type = 'DDPStrategy'
+    with pytest.raises(LaunchRefused, match='mmstats.FSDP2Strategy'):
+        check_checkpoints(cfg)
+    with pytest.raises(ValueError, match='mmstats.FSDP2Strategy'):
+        FullyShard(nn.Linear(2, 2), blocks='x', device_ids=[0])
 
 
 @pytest.mark.parametrize('fragment, message',
@@ -289,31 +311,6 @@ def test_dist_train_builds_the_strategys_wrapper(launched, strategy):
             result.stdout + result.stderr
 
 
-@LAUNCHES
-def test_resume_and_cfg_options_under_flexible_runner(launched, tmp_path):
-    work_dir, _ = launched['fsdp2']
-    result = launch('dist_train.sh', [
-        with_recorder(tmp_path, 'fsdp2'), '2', '--work-dir', work_dir,
-        '--resume', '--cfg-options', 'train_cfg.max_epochs=2'
-    ], ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert [r['start_epoch'] for r in recorded(work_dir)] == [1, 1]
-    assert 'resumed epoch: 1' in result.stdout + result.stderr
-
-
-@LAUNCHES
-def test_dist_test_evaluates_a_sharded_fsdp_checkpoint(launched):
-    work_dir, _ = launched['fsdp']
-    checkpoint = osp.join(work_dir, 'epoch_1.pth')
-    assert osp.isdir(checkpoint)  # FSDP1: one file per rank
-    result = launch('dist_test.sh', [
-        STRATEGY_CFG.format('fsdp'), checkpoint, '2', '--work-dir',
-        osp.join(work_dir, 'test')
-    ], ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count('test: accuracy=') == 1  # rank 0 prints
-
-
 def test_flexible_runner_built_directly_needs_no_runner_type(
         tmp_path, cpu_with_a_group):
     """``FlexibleRunner.from_cfg(cfg)`` called by hand (cpu_dist wraps it)
@@ -327,3 +324,32 @@ def test_flexible_runner_built_directly_needs_no_runner_type(
     assert cfg.strategy.model_wrapper.device_id == 'cpu'
     with pytest.raises(ValueError, match='runner_type'):
         setup_launcher(cfg, runner_type=Runner)
+
+
+def test_resume_with_nothing_to_resume_says_so_and_starts_fresh(
+        tmp_path, capsys):
+    train = load_tool('train')
+    args = train.parse_args([DEMO, '--work-dir', str(tmp_path), '--resume'])
+    cfg = train.build_config(args)
+    assert (cfg.resume, cfg.load_from) == (False, None)
+    said = capsys.readouterr().err
+    assert said.count('no checkpoint to resume') == 1, said
+    checkpoint = tmp_path / 'epoch_1.pth'
+    checkpoint.write_bytes(b'')
+    (tmp_path / 'last_checkpoint').write_text(str(checkpoint))
+    cfg = train.build_config(args)
+    assert (cfg.resume, cfg.load_from) == (True, str(checkpoint))
+
+
+def test_a_refused_launch_says_why_once_before_training(tmp_path):
+    child = tmp_path / 'ddp_fully_shard.py'
+    child.write_text(f"_base_ = [{STRATEGY_CFG.format('fsdp2')!r}]\n"
+                     "strategy = dict(type='DDPStrategy')\n")
+    result = launch('dist_train.sh',
+                    [str(child), '2', '--work-dir',
+                     str(tmp_path / 'work')], ROOT)
+    assert result.returncode != 0
+    text = result.stdout + result.stderr
+    assert text.count('tools/train.py: error: strategy=DDPStrategy') == 1
+    assert "Use strategy=dict(type='mmstats.FSDP2Strategy'" in text
+    assert 'Epoch(train)' not in text

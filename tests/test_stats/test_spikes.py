@@ -84,3 +84,14 @@ def test_a_lasting_jump_becomes_the_new_normal():
 def test_bad_arguments(kwargs, error):
     with pytest.raises(error, match=f'SpikeDetector: {next(iter(kwargs))}'):
         SpikeDetector(**kwargs)
+
+
+def test_history_survives_a_state_dict_round_trip():
+    detector = SpikeDetector(factor=4., window=3)
+    for loss in (1.0, 2.0, 3.0, 4.0):
+        detector.check({'loss': loss})
+    state = detector.state_dict()
+    assert state == {'loss': [2.0, 3.0, 4.0]}  # plain floats: a checkpoint
+    resumed = SpikeDetector(factor=4., window=2)
+    resumed.load_state_dict(state)
+    assert resumed.history('loss') == [3.0, 4.0]  # its own window

@@ -6,10 +6,11 @@
 
 Reads a sharded directory of ``mmstats.FSDPStrategy`` / ``FSDP2Strategy``
 (``torch.distributed.checkpoint``), a DeepSpeed ZeRO 0-3 directory or an
-ordinary checkpoint file on one process, without a process group, and writes ``state_dict`` (full tensors,
-the model's own names) with the checkpoint's ``meta``: what ``load_from``
-of any config (one GPU, another strategy) takes for fine-tuning or
-evaluation. The optimizer state is left out (``docs/checkpoints.md``).
+ordinary checkpoint file on one process, without a process group, and
+writes ``state_dict`` (full tensors, the model's own names) with the
+checkpoint's ``meta``: what ``load_from`` of any config (one GPU, another
+strategy) takes for fine-tuning or evaluation. The optimizer state is left
+out (``docs/checkpoints.md``).
 """
 import argparse
 import sys
