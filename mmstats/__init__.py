@@ -27,16 +27,12 @@ _LAZY = {
     'StatsCollectorHook': '.hooks',
     'ThroughputHook': '.hooks',
     'update_bn_stats': '.precise_bn',
-    'FSDPStrategy': '.strategies',
-    'FSDP2Strategy': '.strategies',
-    'DeepSpeedStrategy': '.strategies',
 }
 
 __all__ = [
     '__version__', 'report', 'report0', 'Collector', 'scaled_all_reduce',
     'update_bn_stats', 'ModuleStatsHook', 'PreciseBNHook', 'RandomStateHook',
-    'StatsCollectorHook', 'ThroughputHook', 'FSDPStrategy', 'FSDP2Strategy',
-    'DeepSpeedStrategy'
+    'StatsCollectorHook', 'ThroughputHook'
 ]
 
 

@@ -230,13 +230,13 @@ def test_the_state_check_sees_a_foreign_write(tmp_path):
 #: another package of its own layer.
 LAYERS = (
     ('mmstats.version', 'mmstats.utils'),
-    ('mmstats.dist', 'mmstats.registry'),
+    ('mmstats.dist', 'mmstats.registry', 'mmstats.random_state'),
     ('mmstats.sharding', ),
     ('mmstats.stats', ),  # the report side
     ('mmstats.health', 'mmstats.throughput', 'mmstats.precise_bn',
      'mmstats.wrappers', 'mmstats.training_stats'),
     ('mmstats.module_stats', ),
-    ('mmstats.hooks', ),
+    ('mmstats.hooks', 'mmstats.strategies'),  # the Runner-facing ones
 )
 
 

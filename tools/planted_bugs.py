@@ -452,6 +452,51 @@ BUGS = [
         'mmstats/hooks/module_stats_hook.py',
         '        self._warned_unseen.update(unseen)\n', '',
         ('tests/test_hooks/test_module_stats_unseen.py', )),
+    # checkpoints a sharded run can trust (docs/checkpoints.md)
+    Bug(
+        'CK1', "FSDP2's checkpoint: model.state_dict() (rank 0's DTensor "
+        'shards pickled as the model)', 'mmstats/strategies/state_dicts.py',
+        'return get_model_state_dict(\n'
+        '            self.model, options=self._options(self.full_state_dict))',
+        'return self.model.state_dict()',
+        ('tests/test_strategies/test_sharded_checkpointing.py', )),
+    Bug('CK2', 'no check of what a one-file checkpoint is about to write',
+        'mmstats/strategies/state_dicts.py', '        if _is_partial(value):',
+        '        if False:',
+        ('tests/test_strategies/test_sharded_checkpointing.py', )),
+    Bug('CK3', 'the optimizer state not resumed from a sharded checkpoint',
+        'mmstats/strategies/state_dicts.py',
+        'with_optimizer=resume_optimizer, strict=True)',
+        'with_optimizer=False, strict=True)',
+        ('tests/test_strategies/test_sharded_checkpointing.py', )),
+    Bug(
+        'CK4', 'random states saved but not restored at resume (mmengine '
+        'reseeds: the resumed epoch repeats the first one\'s draws)',
+        'mmstats/hooks/random_state_hook.py',
+        '            restore_random_state(self._resumed[get_rank()])',
+        '            pass', ('tests/test_hooks/test_random_state_hook.py', )),
+    Bug(
+        'CK5', 'validation draws from training\'s random states (its '
+        'loader\'s seed moves them)', 'mmstats/hooks/random_state_hook.py',
+        '            restore_random_state(self._before_val)',
+        '            pass', ('tests/test_hooks/test_random_state_hook.py', )),
+    Bug('CK6', 'the spike histories not saved with the checkpoint',
+        'mmstats/hooks/stats_collector_hook.py',
+        "            checkpoint.setdefault('meta', {})[SPIKES_KEY] = (",
+        '            {}.setdefault(\'meta\', {})[SPIKES_KEY] = (',
+        ('tests/test_hooks/test_stats_collector_health.py', )),
+    Bug(
+        'CK7', "ZeRO-3 weights loaded through DeepSpeed's own path (it "
+        "looks for a 'latest' file mmengine never writes)",
+        'mmstats/strategies/deepspeed.py',
+        '        if self.model.zero_optimization_partition_weights():',
+        '        if False:',
+        ('tests/test_integrations/test_checkpoints.py::'
+         'test_checkpoint_evaluates_on_2_and_1_processes[zero3]', )),
+    Bug('CK8', 'tools/train.py without RandomStateHook', 'tools/train.py',
+        "    if not has_hook(cfg, 'RandomStateHook'):", '    if False:',
+        ('tests/test_integrations/test_checkpoints.py::'
+         'test_resume_continues_the_run_exactly[ddp]', )),
 ]
 
 

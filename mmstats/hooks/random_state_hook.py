@@ -12,6 +12,7 @@ from mmengine.logging import print_log
 from mmstats.random_state import (capture_random_state, gather_states,
                                   restore_random_state)
 from mmstats.registry import HOOKS
+from mmstats.utils.args import check_keywords
 from .schedule import find_hook
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
@@ -24,6 +25,7 @@ INFO_KEY = 'mmstats/random_states'
 
 
 @HOOKS.register_module()
+@check_keywords
 class RandomStateHook(Hook):
     """Save every rank's random generator states with each checkpoint and
     restore them when the run resumes; validation draws from a state of its

@@ -1,7 +1,7 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """FSDP2Strategy: torch's ``fully_shard`` under a FlexibleRunner, with
 checkpoints of the whole model."""
-from typing import Optional
+from typing import Any, Optional
 
 from mmengine._strategy import DDPStrategy
 from mmengine.device import get_device
@@ -49,7 +49,7 @@ class FSDP2Strategy(ShardedCheckpointing, DDPStrategy):
                  *,
                  model_wrapper: Optional[dict] = None,
                  state_dict_cfg: str = 'full',
-                 **kwargs) -> None:
+                 **kwargs: Any) -> None:
         if state_dict_cfg not in STATE_DICT_CFGS:
             raise ValueError(
                 f'FSDP2Strategy: state_dict_cfg must be one of '

@@ -121,6 +121,10 @@ GROUP_STRATEGIES = ('DDPStrategy', 'FSDPStrategy', 'FSDP2Strategy',
 class LaunchRefused(ValueError):
     """A config the launcher refuses before any process trains; the
     message names the way out. ``tools/train.py`` prints it once (rank 0).
+
+    Example:
+        >>> issubclass(LaunchRefused, ValueError)  # as before: ValueError
+        True
     """
 
 

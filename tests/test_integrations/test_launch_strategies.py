@@ -141,9 +141,13 @@ def test_one_process_with_a_sharding_strategy_gets_a_world_of_one(
     assert cfg.launcher == 'pytorch'
     assert (os.environ['RANK'], os.environ['WORLD_SIZE']) == ('0', '1')
     assert cfg.strategy.model_wrapper.device_id == 'cpu'
-    plain = merged(tmp_path, DEMO, 'ddp')
+    ddp = merged(tmp_path, DEMO, 'ddp')  # DDP's wrapper needs a group too
+    ddp.launcher = 'none'
+    setup_launcher(ddp)
+    assert ddp.launcher == 'pytorch'
+    plain = Config.fromfile(DEMO)  # a Runner on one process: no group
     plain.launcher = 'none'
-    setup_launcher(plain)  # DDP on one process: nothing to launch
+    setup_launcher(plain)
     assert plain.launcher == 'none'
 
 

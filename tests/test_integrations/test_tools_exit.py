@@ -27,7 +27,7 @@ class FakeRunner:
     def __init__(self, events: list) -> None:
         self.events = events
 
-    def register_hook(self, hook) -> None:
+    def register_hook(self, hook, priority=None) -> None:
         pass
 
     def train(self) -> None:
