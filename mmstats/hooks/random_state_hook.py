@@ -57,10 +57,13 @@ class RandomStateHook(Hook):
     def __init__(self) -> None:
         self._resumed: Optional[List[dict]] = None
         self._before_val: Optional[dict] = None
+        self._by_epoch = True
 
     def before_train(self, runner: Runner) -> None:
         """A resumed run's states (from its message hub), to restore when
         the first batch is drawn."""
+        from mmengine.runner import EpochBasedTrainLoop
+        self._by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
         states = runner.message_hub.get_info(INFO_KEY)
         self._resumed = None
         if states is None:
@@ -79,7 +82,7 @@ class RandomStateHook(Hook):
 
     def before_train_epoch(self, runner: Runner) -> None:
         """Epoch loop: restore before the epoch's loader iterator exists."""
-        if runner.train_loop.__class__.__name__ != 'IterBasedTrainLoop':
+        if self._by_epoch:
             self._restore()
 
     def before_train_iter(self,

@@ -11,7 +11,7 @@ import pytest
 import torch
 from mmengine.hooks import Hook
 from mmengine.logging import MessageHub
-from mmengine.runner import Runner
+from mmengine.runner import EpochBasedTrainLoop, Runner
 
 from mmstats.hooks import RandomStateHook
 from mmstats.random_state import (capture_random_state, gather_states,
@@ -88,7 +88,7 @@ class _Runner:
         self.hooks, self.epoch, self.iter = hooks, epoch, iter
         self.max_epochs, self.max_iters = max_epochs, 30
         self.message_hub = MessageHub.get_instance('test_random_state')
-        self.train_loop = type('EpochBasedTrainLoop', (), {})()
+        self.train_loop = EpochBasedTrainLoop.__new__(EpochBasedTrainLoop)
 
 
 def test_states_are_gathered_only_where_a_checkpoint_is_saved(clean_mmengine):

@@ -16,7 +16,8 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 def load_tool(name: str):
     """tools/<name>.py as a module (not run as a script)."""
     spec = importlib.util.spec_from_file_location(
-        f'mmstats_tool_{name}', osp.join(ROOT, 'tools', f'{name}.py'))
+        f"mmstats_tool_{name.replace('/', '_')}",
+        osp.join(ROOT, 'tools', f'{name}.py'))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
