@@ -1,7 +1,8 @@
 # Quick start: `make demo` trains the demo, `make test` runs the test suite.
 # Both use ./.venv (override with VENV=...), with torch and the rest pinned by
 # requirements/constraints.txt. `make demo` installs mmstats, the demo and
-# what they import (requirements/runtime.txt, demo.txt) and nothing else;
+# what they import (requirements/runtime.txt, mminstall.txt, torch.txt,
+# demo.txt) and nothing else;
 # `make test`, `make lint` and `make docs` add the tests', linters' and
 # docs' tools (requirements/tests.txt) to the same environment.
 PYTHON ?= python3
@@ -27,7 +28,8 @@ PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadg
 # isolated build environment to set up for them).
 $(VENV)/.installed-demo: $(DEPS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) -r requirements/runtime.txt -r requirements/demo.txt
+	$(PIP) -r requirements/runtime.txt -r requirements/mminstall.txt \
+		-r requirements/torch.txt -r requirements/demo.txt
 	$(PIP) --no-deps --no-build-isolation -e . -e projects/digits_demo
 	touch $@
 

@@ -3,10 +3,14 @@
 
 The distribution is named ``mmengine-stats`` (``pip install
 mmengine-stats``); the import name is ``mmstats`` (the PyPI name
-``mmstats`` belongs to an unrelated project). Core requirements are only
-what ``import mmstats`` needs (torch, mmengine, numpy). Extras: ``demo``
-(projects/digits_demo, the plots and TensorBoard), ``deepspeed``
-(DeepSpeedStrategy), ``tests``, ``lint``, ``docs``, ``benchmarks``.
+``mmstats`` belongs to an unrelated project). Core requirements are what
+``import mmstats`` needs beside the engine and torch, which it never
+installs: they are the user's (upstream ``mmengine`` or the maintained fork
+``onedl-mmengine``, the same import package; one torch build), checked at
+import. Extras: ``mminstall`` (mmengine) and ``torch`` for a fresh
+environment, as OpenMMLab's own packages do; ``demo`` (projects/digits_demo,
+the plots and TensorBoard), ``deepspeed`` (DeepSpeedStrategy), ``tests``,
+``lint``, ``docs``, ``benchmarks``.
 """
 import os
 
@@ -46,6 +50,8 @@ setup(
     packages=find_packages(include=['mmstats', 'mmstats.*']),
     install_requires=read_requirements('runtime.txt'),
     extras_require=dict(
+        mminstall=read_requirements('mminstall.txt'),
+        torch=read_requirements('torch.txt'),
         demo=read_requirements('demo.txt'),
         deepspeed=read_requirements('deepspeed.txt'),
         tests=read_requirements('tests.txt'),

@@ -46,8 +46,12 @@ def test_metadata_matches_what_is_tested():
     assert f"name='{DIST_NAME}'" in setup_py
     assert "python_requires='>=3.11'" in setup_py
     runtime = _read('requirements/runtime.txt')
-    assert f'torch>={MIN_TORCH}\n' in runtime
-    assert f'mmengine>={MIN_MMENGINE},<0.11\n' in runtime
+    assert not re.search(r'^(torch|mmengine)', runtime, re.M)  # the user's
+    assert f'torch>={MIN_TORCH}\n' in _read('requirements/torch.txt')
+    assert f'mmengine>={MIN_MMENGINE},<0.11\n' in _read(
+        'requirements/mminstall.txt')
+    assert "mminstall=read_requirements('mminstall.txt')" in setup_py
+    assert "torch=read_requirements('torch.txt')" in setup_py
     assert mmstats.__version__ == '0.2.0'
     readme = _read('README.md')
     assert readme.count('\nSupported:') == 1, 'one "Supported:" paragraph'
@@ -96,6 +100,31 @@ def test_import_fails_with_an_old_torch(tmp_path):
     assert proc.returncode != 0
     assert 'ImportError: mmstats needs torch >= 2.11 (found 2.10.0)' in \
         proc.stderr, proc.stderr
+
+
+def test_a_missing_engine_names_both_distributions():
+    code = ('import sys; sys.modules["mmengine"] = None\n'
+            'import mmstats\n')
+    proc = subprocess.run([sys.executable, '-c', code],
+                          capture_output=True,
+                          text=True,
+                          cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode != 0
+    assert ('ImportError: mmstats needs mmengine >= 0.10.7, which is not '
+            'installed (mmstats never installs it itself)') in proc.stderr
+    for name in ("'mmengine>=0.10.7,<0.11'", 'onedl-mmengine',
+                 "'mmengine-stats[mminstall]'"):
+        assert name in proc.stderr, name
+
+
+def test_an_old_fork_is_named_as_the_fork(monkeypatch):
+    import importlib.metadata
+    monkeypatch.setattr(importlib.metadata, 'packages_distributions',
+                        lambda: {'mmengine': ['onedl-mmengine']})
+    with pytest.raises(ImportError, match=r'found 0\.9\.0 from '
+                       r'onedl-mmengine\): .*pip install onedl-mmengine'):
+        check_version('mmengine', '0.9.0', MIN_MMENGINE)
 
 
 CONFIG = """
@@ -160,6 +189,17 @@ def test_wheel_installs_and_trains_outside_the_checkout(tmp_path):
         'mmengine_stats-0.2.0-py3-none-any.whl', 'mmengine_stats-0.2.0.tar.gz'
     ]
     wheel = dist_dir / names[0]
+    # pip never replaces the user's engine (upstream's or onedl-mmengine)
+    # or torch: both only behind an extra
+    import zipfile
+    with zipfile.ZipFile(wheel) as whl:
+        metadata = whl.read('mmengine_stats-0.2.0.dist-info/METADATA')
+    requires = re.findall(r'^Requires-Dist: (.*)$', metadata.decode(), re.M)
+    engine = [r for r in requires if re.match(r'(mmengine|torch)\b', r)]
+    assert sorted(engine) == [
+        'mmengine<0.11,>=0.10.7; extra == "mminstall"',
+        f'torch>={MIN_TORCH}; extra == "torch"'
+    ], requires
 
     venv = tmp_path / 'venv'
     subprocess.run([sys.executable, '-m', 'venv', '--without-pip',

@@ -3,8 +3,14 @@
 
 The minimums are the oldest versions the test suite was run with (see
 ``docs/testing.md``): torch 2.11 (CUDA 13, on a GPU machine; CPU CI runs
-2.13) and mmengine 0.10.7. They match ``requirements/runtime.txt`` and the
-README's "Supported" line. Some of the torch APIs mmstats calls are much
+2.13) and mmengine 0.10.7. They match ``requirements/torch.txt``,
+``requirements/mminstall.txt`` and the README's "Supported" line.
+
+mmstats does not install either (its ``mminstall`` and ``torch`` extras do,
+for a fresh environment): the engine is checked here by its import name,
+``mmengine``, whichever distribution provides it: OpenMMLab's ``mmengine``
+or the maintained fork ``onedl-mmengine`` (which installs the same import
+package). Some of the torch APIs mmstats calls are much
 newer than torch's own 2.0 (``torch.library.register_fake`` and
 ``torch.serialization.add_safe_globals``: 2.4, ``torch.compiler.is_compiling``:
 2.3), so an older torch installed with ``--no-deps`` must fail here, naming
@@ -13,10 +19,21 @@ the version it needs, not later with an ``AttributeError`` in a hook.
 import re
 from typing import Tuple
 
-#: Oldest tested torch (``requirements/runtime.txt``).
+#: Oldest tested torch (``requirements/torch.txt``).
 MIN_TORCH = '2.11'
-#: Oldest tested mmengine (``requirements/runtime.txt``).
+#: Oldest tested mmengine (``requirements/mminstall.txt``).
 MIN_MMENGINE = '0.10.7'
+#: what to install for each import package, by the distributions that
+#: provide it
+INSTALL = {
+    'torch':
+    "`pip install 'torch>={minimum}'` (the build for your CUDA or CPU), or "
+    "`pip install 'mmengine-stats[torch]'`",
+    'mmengine':
+    "`pip install 'mmengine>={minimum},<0.11'` (OpenMMLab's mmengine) or "
+    '`pip install onedl-mmengine` (the maintained fork, the same import '
+    "package), or `pip install 'mmengine-stats[mminstall]'`",
+}
 
 
 def release(version: str) -> Tuple[int, ...]:
@@ -55,10 +72,45 @@ def check_version(package: str, found: str, minimum: str) -> None:
     have, need = release(found), release(minimum)
     width = max(len(have), len(need))
     if have + (0, ) * (width - len(have)) < need + (0, ) * (width - len(need)):
+        by = _by(package)
         raise ImportError(
-            f'mmstats needs {package} >= {minimum} (found {found}): the '
-            f'oldest version it is tested with. Install it with `pip install '
-            f'"{package}>={minimum}"` (or -c requirements/constraints.txt).')
+            f'mmstats needs {package} >= {minimum} (found {found}{by}): the '
+            f'oldest version it is tested with. Install it with '
+            f'{_install(package, minimum)}.')
+
+
+def _install(package: str, minimum: str) -> str:
+    return INSTALL.get(package,
+                       '`pip install "{package}>={minimum}"`').format(
+                           package=package, minimum=minimum)
+
+
+def _by(package: str) -> str:
+    """`` from onedl-mmengine``: the distribution that installed the
+    import package ``package``, where it is not the package's own name."""
+    from importlib.metadata import packages_distributions
+    names = packages_distributions().get(package, [])
+    others = [n for n in names if n.lower() != package]
+    return f' from {others[0]}' if others else ''
+
+
+def import_or_explain(package: str, minimum: str) -> object:
+    """``import package``, or an ImportError saying what to install.
+
+    Example:
+        >>> import_or_explain('torch', MIN_TORCH).__name__
+        'torch'
+    """
+    import importlib
+    try:
+        return importlib.import_module(package)
+    except ModuleNotFoundError as exc:
+        if exc.name != package:
+            raise
+        raise ImportError(
+            f'mmstats needs {package} >= {minimum}, which is not installed '
+            f'(mmstats never installs it itself): install it with '
+            f'{_install(package, minimum)}.') from exc
 
 
 def check_dependencies() -> None:
@@ -68,9 +120,9 @@ def check_dependencies() -> None:
     Example:
         >>> check_dependencies()  # the tested versions: passes
     """
-    import mmengine
-    import torch
+    torch = import_or_explain('torch', MIN_TORCH)
     check_version('torch', torch.__version__, MIN_TORCH)
+    mmengine = import_or_explain('mmengine', MIN_MMENGINE)
     check_version('mmengine', mmengine.__version__, MIN_MMENGINE)
 
 
