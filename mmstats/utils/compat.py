@@ -80,9 +80,8 @@ def check_version(package: str, found: str, minimum: str) -> None:
 
 
 def _install(package: str, minimum: str) -> str:
-    return INSTALL.get(package,
-                       '`pip install "{package}>={minimum}"`').format(
-                           package=package, minimum=minimum)
+    return INSTALL.get(package, '`pip install "{package}>={minimum}"`').format(
+        package=package, minimum=minimum)
 
 
 def _by(package: str) -> str:
