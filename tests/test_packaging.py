@@ -122,8 +122,10 @@ def test_an_old_fork_is_named_as_the_fork(monkeypatch):
     import importlib.metadata
     monkeypatch.setattr(importlib.metadata, 'packages_distributions',
                         lambda: {'mmengine': ['onedl-mmengine']})
-    with pytest.raises(ImportError, match=r'found 0\.9\.0 from '
-                       r'onedl-mmengine\): .*pip install onedl-mmengine'):
+    with pytest.raises(
+            ImportError,
+            match=r'found 0\.9\.0 from '
+            r'onedl-mmengine\): .*pip install onedl-mmengine'):
         check_version('mmengine', '0.9.0', MIN_MMENGINE)
 
 
