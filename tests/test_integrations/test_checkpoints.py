@@ -95,7 +95,22 @@ class Run(NamedTuple):
     deepspeed: bool
     full: str  # work dirs
     part: str
+    first: subprocess.CompletedProcess  # the uninterrupted run
     resumed: subprocess.CompletedProcess
+
+
+def recorded_config(tmp, config: str) -> str:
+    """``config`` plus the hook that writes down what the launcher built
+    (``tests/helpers/launch_recorder.py``, through ``custom_imports`` as
+    any user hook)."""
+    hooks = Config.fromfile(config).to_dict()['custom_hooks']
+    child = tmp / 'recorded.py'
+    child.write_text(
+        f'_base_ = [{config!r}]\n'
+        "custom_imports = dict(imports=['tests.helpers.launch_recorder'], "
+        'allow_failed_imports=False)\n'
+        f"custom_hooks = {hooks!r} + [dict(type='LaunchRecorderHook')]\n")
+    return str(child)
 
 
 def interrupted_config(tmp, config: str) -> str:
@@ -122,18 +137,23 @@ def trained(request, tmp_path_factory):
     config = STRATEGY_CFG.format(name)
     options = (*COMMON, *options)
     full, part = str(tmp / 'full'), str(tmp / 'part')
-    runs = [(config, full, [])]
+    runs = [(recorded_config(tmp, config), full, [])]
     if cell in INTERRUPTED:
         runs.append((interrupted_config(tmp, config), part, []))
     runs.append((config, part, ['--resume']))
+    results = []
     for cfg, work_dir, extra in runs:
         if work_dir == part and not osp.exists(part):  # a variant
             copy_checkpoint(full, part, f'epoch_{N - 1}.pth')
+        # DDP's first launch with DeepSpeed importable: it must say nothing
+        with_deepspeed = deepspeed or (cell == 'ddp' and not results)
         result = launch('dist_train.sh', [
             cfg, '2', '--work-dir', work_dir, *extra, '--cfg-options', *options
-        ], deepspeed)
+        ], with_deepspeed)
         assert result.returncode == 0, (cell, result.stderr[-4000:])
-    return Run(cell, config, options, deepspeed, full, part, result)
+        results.append(result)
+    return Run(cell, config, options, deepspeed, full, part, results[0],
+               result)
 
 
 def copy_checkpoint(src: str, dst: str, name: str) -> None:
@@ -184,6 +204,51 @@ def full_weights(path: str) -> dict:
 
 # the runs of one cell share its fixture: one xdist worker runs them
 CHECKPOINTS = pytest.mark.xdist_group('checkpoints')
+
+# what each cell's launch builds: strategy, wrapper (or a base class), ZeRO
+BUILT = {
+    'ddp': ('DDPStrategy', 'MMDistributedDataParallel', None),
+    'fsdp': ('FSDPStrategy', 'MMFullyShardedDataParallel', None),
+    'fsdp_full': ('FSDPStrategy', 'MMFullyShardedDataParallel', None),
+    'fsdp2': ('FSDP2Strategy', 'FSDPModule', None),
+    'fsdp2_sharded': ('FSDP2Strategy', 'FSDPModule', None),
+    'zero1': ('DeepSpeedStrategy', 'MMDeepSpeedEngineWrapper', 1),
+    'zero2': ('DeepSpeedStrategy', 'MMDeepSpeedEngineWrapper', 2),
+    'zero3': ('DeepSpeedStrategy', 'MMDeepSpeedEngineWrapper', 3),
+}
+
+
+@CHECKPOINTS
+def test_dist_train_builds_the_strategys_wrapper(trained):
+    """What the launcher built on each rank (``LaunchRecorderHook``): the
+    runner, mmstats' strategy, its wrapper, gloo over 2 processes; FSDP
+    ranks hold a shard each, ZeRO the stage asked for; DeepSpeed's
+    accelerator named, not guessed (DDP's launch can import it too)."""
+    from mmengine.registry import DefaultScope
+
+    from digits_demo.registry import MODELS
+    with DefaultScope.overwrite_default_scope('digits_demo'):
+        model = MODELS.build(Config.fromfile(PLAIN_CFG).model)
+    whole = sum(p.numel() for p in model.parameters())
+    strategy, wrapper, stage = BUILT[trained.cell]
+    records = []
+    for rank in range(2):
+        path = osp.join(trained.full, f'launch_rank{rank}.json')
+        with open(path) as f:
+            records.append(json.load(f))
+    for record in records:
+        assert record['runner'] == 'FlexibleRunner'
+        assert record['strategy'] == strategy
+        assert wrapper in record['wrapper_bases'], record
+        assert (record['backend'], record['world_size']) == ('gloo', 2)
+        assert record.get('zero_stage') == stage
+    held = [r['local_numel'] for r in records]
+    if 'fsdp' in trained.cell:  # each rank holds a shard, together all
+        assert max(held) < whole <= sum(held), (held, whole)
+    elif stage != 3:
+        assert held == [whole, whole]
+    log = trained.first.stdout + trained.first.stderr
+    assert 'Setting accelerator to CPU' not in log
 
 
 @CHECKPOINTS

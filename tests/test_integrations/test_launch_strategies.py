@@ -1,15 +1,13 @@
 """One command for every strategy: ``tools/train.py`` / ``dist_train.sh``
 build the runner the OpenMMLab way and do the CPU set-up of each strategy.
 
-The launch tests run ``bash tools/dist_train.sh CFG 2`` (2 CPU gloo
-processes) on the demo's strategy configs, as a user does, and read what
-the runner built (``tests/helpers/launch_recorder.py``): the model wrapper
-of the strategy, not only the exit code. The others check the config side:
+What ``bash tools/dist_train.sh CFG 2`` builds from each demo strategy
+config is checked on the launches of ``test_checkpoints.py`` (one set of
+runs for both). These tests check the config side:
 every fragment under ``configs/_base_/strategies/`` merges into full configs
 (the demo's and an mmpretrain-style one) without an edit, and the settings
 mmengine cannot run are refused with the fix.
 """
-import json
 import os
 import os.path as osp
 import subprocess
@@ -36,16 +34,6 @@ STRATEGY_CFG = osp.join(ROOT, 'projects', 'digits_demo', 'configs',
                         'strategies', 'resnet-mini_{}_digits.py')
 FRAGMENT_NAMES = sorted(f[:-3] for f in os.listdir(FRAGMENTS)
                         if f.endswith('.py'))
-# what each demo strategy config builds: strategy, wrapper (or a base class)
-BUILT = {
-    'ddp': ('DDPStrategy', 'MMDistributedDataParallel'),
-    'fsdp': ('FSDPStrategy', 'MMFullyShardedDataParallel'),
-    'fsdp2': ('FSDP2Strategy', 'FSDPModule'),
-    'zero3': ('DeepSpeedStrategy', 'MMDeepSpeedEngineWrapper'),
-}
-# launched with DeepSpeed importable: the DeepSpeed one and the DDP one, whose
-# log must then hold no DeepSpeed warning; the others spare its import
-WITH_DEEPSPEED = ('ddp', 'zero3')
 
 
 def merged(tmp_path, base: str, fragment: str) -> Config:
@@ -243,76 +231,6 @@ def launch(script: str,
                           capture_output=True,
                           text=True,
                           timeout=300)
-
-
-def recorded(work_dir: str) -> list:
-    records = []
-    for rank in range(2):
-        with open(osp.join(work_dir, f'launch_rank{rank}.json')) as f:
-            records.append(json.load(f))
-    return records
-
-
-def with_recorder(tmp_path, strategy: str) -> str:
-    """The demo's strategy config, inherited as is, plus the recorder hook
-    (``custom_imports``, as any user hook)."""
-    cfg = STRATEGY_CFG.format(strategy)
-    hooks = Config.fromfile(cfg).to_dict()['custom_hooks']
-    child = tmp_path / f'{strategy}.py'
-    child.write_text(
-        f'_base_ = [{cfg!r}]\n'
-        "custom_imports = dict(imports=['tests.helpers.launch_recorder'], "
-        'allow_failed_imports=False)\n'
-        f"custom_hooks = {hooks!r} + [dict(type='LaunchRecorderHook')]\n")
-    return str(child)
-
-
-@pytest.fixture(scope='module')
-def launched(tmp_path_factory):
-    """Each demo strategy config trained for one epoch by
-    ``bash tools/dist_train.sh CFG 2``: {strategy: (work_dir, result)}."""
-    if 'zero3' in BUILT:
-        pytest.importorskip('deepspeed')
-    tmp = tmp_path_factory.mktemp('launch')
-    runs = {}
-    for strategy in BUILT:
-        work_dir = str(tmp / f'work_{strategy}')
-        result = launch(
-            'dist_train.sh', [
-                with_recorder(tmp, strategy), '2', '--work-dir', work_dir,
-                '--cfg-options', 'train_cfg.max_epochs=1'
-            ],
-            ROOT,
-            deepspeed=strategy in WITH_DEEPSPEED)
-        runs[strategy] = (work_dir, result)
-    return runs
-
-
-# the launches share one module-scoped fixture: one xdist worker runs them
-LAUNCHES = pytest.mark.xdist_group('launch')
-
-
-@LAUNCHES
-@pytest.mark.parametrize('strategy', list(BUILT))
-def test_dist_train_builds_the_strategys_wrapper(launched, strategy):
-    work_dir, result = launched[strategy]
-    assert result.returncode == 0, result.stderr[-3000:]
-    want_strategy, want_wrapper = BUILT[strategy]
-    full = recorded(launched['ddp'][0])[0]['local_numel']
-    for record in recorded(work_dir):
-        assert record['runner'] == 'FlexibleRunner'
-        assert record['strategy'] == want_strategy
-        assert want_wrapper in record['wrapper_bases'], record
-        assert (record['backend'], record['world_size']) == ('gloo', 2)
-        if strategy in ('fsdp', 'fsdp2'):  # each rank holds a shard
-            assert record['local_numel'] < full, record
-    if strategy in ('fsdp', 'fsdp2'):
-        assert sum(r['local_numel'] for r in recorded(work_dir)) >= full
-    if strategy == 'zero3':
-        assert {r['zero_stage'] for r in recorded(work_dir)} == {3}
-    if strategy in WITH_DEEPSPEED:
-        assert 'Setting accelerator to CPU' not in \
-            result.stdout + result.stderr
 
 
 def test_flexible_runner_built_directly_needs_no_runner_type(
