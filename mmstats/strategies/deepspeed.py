@@ -115,8 +115,7 @@ class DeepSpeedStrategy(MMEngineDeepSpeedStrategy):
 
     def _load_zero3_weights(self, filename: str, strict: bool) -> dict:
         import deepspeed
-        from deepspeed.runtime.zero.partition_parameters import \
-            ZeroParamStatus
+        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
         self.logger.info(f'Load checkpoint from {filename}')
         checkpoint = read_deepspeed_checkpoint(filename)
         state_dict = checkpoint.pop('state_dict')
