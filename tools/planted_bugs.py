@@ -489,8 +489,8 @@ BUGS = [
         'CK7', "evaluation through DeepSpeed's own loading (a ZeRO-3 "
         "checkpoint's module file holds no weights; it looks for 'latest')",
         'mmstats/strategies/deepspeed.py',
-        "        if not hasattr(self, 'optim_wrapper'):  # evaluation",
-        '        if False:',
+        "        if not hasattr(self, 'optim_wrapper'):  # evaluation, "
+        'no ZeRO', '        if False:',
         ('tests/test_integrations/test_checkpoints.py::'
          'test_checkpoint_evaluates_on_2_and_1_processes[zero3]', )),
     Bug('CK8', 'tools/train.py without RandomStateHook', 'tools/train.py',

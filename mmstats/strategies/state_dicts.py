@@ -99,6 +99,26 @@ def refuse_partial_tensors(checkpoint: dict, where: str) -> None:
                 '(docs/checkpoints.md).')
 
 
+def refuse_together(checkpoint: dict, where: str) -> None:
+    """:func:`refuse_partial_tensors` of rank 0's ``checkpoint`` (the one
+    a full save writes), raised on every rank at once: no rank waits in a
+    collective for a rank that raised (one ``broadcast_object_list``).
+
+    Example:
+        >>> refuse_together({'w': torch.ones(2)}, 'epoch_1.pth')
+    """
+    from mmengine.dist import broadcast_object_list, get_rank
+    problem = [None]
+    if get_rank() == 0:
+        try:
+            refuse_partial_tensors(checkpoint, where)
+        except RuntimeError as exc:
+            problem = [str(exc)]
+    broadcast_object_list(problem, src=0)
+    if problem[0] is not None:
+        raise RuntimeError(problem[0])
+
+
 def _local(value: Any) -> torch.Tensor:
     if hasattr(value, 'to_local'):
         return value.to_local()
@@ -221,7 +241,7 @@ class ShardedCheckpointing:
         tensors, or every rank its shards into the directory
         ``filename``."""
         import mmengine
-        from mmengine.dist import get_rank
+        from mmengine.dist import barrier, get_rank
         checkpoint: dict = {'state_dict': self.model_state_dict()}
         if save_optimizer and hasattr(self, 'optim_wrapper'):
             checkpoint['optimizer'] = self.optim_state_dict()
@@ -236,10 +256,11 @@ class ShardedCheckpointing:
         if callback is not None:
             callback(checkpoint)
         if self.full_state_dict:
+            refuse_together(checkpoint, filename)  # rank 0 holds the tensors
             if get_rank() == 0:
-                refuse_partial_tensors(checkpoint, filename)
                 from mmengine.runner.checkpoint import save_checkpoint
                 save_checkpoint(checkpoint, filename)
+            barrier()  # the file exists when any rank returns
             return
         self._save_sharded(filename, checkpoint)
 
