@@ -58,12 +58,14 @@ class RandomStateHook(Hook):
         self._resumed: Optional[List[dict]] = None
         self._before_val: Optional[dict] = None
         self._by_epoch = True
+        self._checkpoint: Optional[CheckpointHook] = None  # the runner's
 
     def before_train(self, runner: Runner) -> None:
         """A resumed run's states (from its message hub), to restore when
         the first batch is drawn."""
         from mmengine.runner import EpochBasedTrainLoop
         self._by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
+        self._checkpoint = find_hook(runner, CheckpointHook)  # once a run
         states = runner.message_hub.get_info(INFO_KEY)
         self._resumed = None
         if states is None:
@@ -100,7 +102,7 @@ class RandomStateHook(Hook):
                          data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
         """Gather the states where CheckpointHook saves by iteration."""
-        checkpoint = find_hook(runner, CheckpointHook)
+        checkpoint = self._checkpoint
         if checkpoint is None or checkpoint.by_epoch:
             return
         if self.every_n_train_iters(
@@ -110,7 +112,7 @@ class RandomStateHook(Hook):
 
     def after_train_epoch(self, runner: Runner) -> None:
         """Gather the states where CheckpointHook saves by epoch."""
-        checkpoint = find_hook(runner, CheckpointHook)
+        checkpoint = self._checkpoint
         if checkpoint is None or not checkpoint.by_epoch:
             return
         if self.every_n_epochs(

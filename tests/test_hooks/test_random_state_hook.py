@@ -95,6 +95,7 @@ def test_states_are_gathered_only_where_a_checkpoint_is_saved(clean_mmengine):
     from mmengine.hooks import CheckpointHook
     hook = RandomStateHook()
     runner = _Runner([CheckpointHook(interval=2, save_last=False), hook])
+    hook.before_train(runner)
     stored = []
     for epoch in range(3):
         runner.epoch = epoch
