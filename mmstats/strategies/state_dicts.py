@@ -276,10 +276,10 @@ class ShardedCheckpointing:
             k: optimizer.pop(k)
             for k in list(optimizer) if k not in OPTIMIZER_KEYS
         }
+        checkpoint['optimizer_wrapper'] = wrapper_own
+        refuse_together(checkpoint, osp.join(path, EXTRA))
         if get_rank() == 0:
             os.makedirs(path, exist_ok=True)
-            checkpoint['optimizer_wrapper'] = wrapper_own
-            refuse_partial_tensors(checkpoint, osp.join(path, EXTRA))
             torch.save(checkpoint, osp.join(path, EXTRA))
         barrier()
         dcp.save(sharded, checkpoint_id=path)
