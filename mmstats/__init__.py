@@ -10,13 +10,11 @@ on first use: a config's ``type='mmstats.X'`` imports them through the
 under ``torch.load(weights_only=True)`` is an explicit opt-in:
 :func:`mmstats.utils.allow_mmengine_checkpoints`.
 """
-import importlib
-from typing import Any
-
 # first: an old torch or mmengine fails here, naming the version needed
 from .utils import compat  # isort: skip  # noqa: F401
 from .dist import scaled_all_reduce
 from .stats import Collector, report, report0
+from .utils.lazy import lazy_getattr
 from .version import __version__
 
 # loaded on first use (they import mmengine.hooks / mmengine.model)
@@ -35,10 +33,4 @@ __all__ = [
     'StatsCollectorHook', 'ThroughputHook'
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

@@ -87,29 +87,26 @@ def test_old_versions_fail_at_import_naming_the_version(found, minimum, ok):
     assert release('2.11.0+cu130') == (2, 11, 0)
 
 
-def test_import_fails_with_an_old_torch(tmp_path):
-    """``import mmstats`` under a torch that reports 2.10 fails first,
-    naming 2.11."""
-    code = ('import torch; torch.__version__ = "2.10.0"\n'
-            'import mmstats\n')
-    proc = subprocess.run([sys.executable, '-c', code],
+def import_mmstats_after(setup: str) -> subprocess.CompletedProcess:
+    """``import mmstats`` in a new interpreter, after the line ``setup``."""
+    return subprocess.run([sys.executable, '-c', f'{setup}\nimport mmstats\n'],
                           capture_output=True,
                           text=True,
                           cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_import_fails_with_an_old_torch(tmp_path):
+    """``import mmstats`` under a torch that reports 2.10 fails first,
+    naming 2.11."""
+    proc = import_mmstats_after('import torch; torch.__version__ = "2.10.0"')
     assert proc.returncode != 0
     assert 'ImportError: mmstats needs torch >= 2.11 (found 2.10.0)' in \
         proc.stderr, proc.stderr
 
 
 def test_a_missing_engine_names_both_distributions():
-    code = ('import sys; sys.modules["mmengine"] = None\n'
-            'import mmstats\n')
-    proc = subprocess.run([sys.executable, '-c', code],
-                          capture_output=True,
-                          text=True,
-                          cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = import_mmstats_after('import sys; sys.modules["mmengine"] = None')
     assert proc.returncode != 0
     assert ('ImportError: mmstats needs mmengine >= 0.10.7, which is not '
             'installed (mmstats never installs it itself)') in proc.stderr

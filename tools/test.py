@@ -20,7 +20,7 @@ from mmengine.dist import is_main_process
 from mmstats.strategies import (SCHEME, is_checkpoint_directory,
                                 register_consolidating_loader)
 from mmstats.utils import (allow_mmengine_checkpoints, build_runner,
-                           finish_distributed)
+                           finish_distributed, registered_name)
 
 #: the strategies that load a sharded checkpoint directory themselves
 READS_DIRECTORIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')
@@ -30,11 +30,8 @@ def loads_directories(cfg: Config) -> bool:
     """Whether the config's strategy reads a checkpoint directory itself
     (mmstats' sharding strategies and mmengine's FSDP/DeepSpeed ones)."""
     strategy = cfg.get('strategy') if 'runner_type' in cfg else None
-    if not isinstance(strategy, dict):
-        return False
-    kind = strategy.get('type', '')
-    kind = kind if isinstance(kind, str) else kind.__name__
-    return kind.rpartition('.')[2] in READS_DIRECTORIES
+    return isinstance(strategy,
+                      dict) and registered_name(strategy) in READS_DIRECTORIES
 
 
 def parse_args(argv=None) -> argparse.Namespace:

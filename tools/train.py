@@ -26,7 +26,7 @@ from mmengine.hooks import Hook
 
 from mmstats.hooks import RandomStateHook
 from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
-                           build_runner, finish_distributed)
+                           build_runner, finish_distributed, registered_name)
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # tools/analysis
 
@@ -193,12 +193,9 @@ def report(runner: Any, metrics: dict) -> None:
 
 def has_hook(cfg: Config, name: str) -> bool:
     """Whether ``cfg.custom_hooks`` names the hook ``name`` already."""
-    for hook in cfg.get('custom_hooks') or []:
-        kind = hook.get('type', '')
-        kind = kind if isinstance(kind, str) else kind.__name__
-        if kind.rpartition('.')[2] == name:
-            return True
-    return False
+    return any(
+        registered_name(hook) == name
+        for hook in cfg.get('custom_hooks') or [])
 
 
 def train(cfg: Config) -> None:

@@ -102,22 +102,12 @@ class RandomStateHook(Hook):
                          data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
         """Gather the states where CheckpointHook saves by iteration."""
-        checkpoint = self._checkpoint
-        if checkpoint is None or checkpoint.by_epoch:
-            return
-        if self.every_n_train_iters(
-                runner, checkpoint.interval, checkpoint.save_begin) or (
-                    checkpoint.save_last and self.is_last_train_iter(runner)):
+        if self._saves_now(runner, by_epoch=False):
             self._store(runner)
 
     def after_train_epoch(self, runner: Runner) -> None:
         """Gather the states where CheckpointHook saves by epoch."""
-        checkpoint = self._checkpoint
-        if checkpoint is None or not checkpoint.by_epoch:
-            return
-        if self.every_n_epochs(
-                runner, checkpoint.interval, checkpoint.save_begin) or (
-                    checkpoint.save_last and self.is_last_train_epoch(runner)):
+        if self._saves_now(runner, by_epoch=True):
             self._store(runner)
 
     def before_val(self, runner: Runner) -> None:
@@ -129,6 +119,20 @@ class RandomStateHook(Hook):
         if self._before_val is not None:
             restore_random_state(self._before_val)
             self._before_val = None
+
+    def _saves_now(self, runner: Runner, by_epoch: bool) -> bool:
+        """CheckpointHook's own rule: it saves at this epoch (iteration)."""
+        checkpoint = self._checkpoint
+        if checkpoint is None or checkpoint.by_epoch != by_epoch:
+            return False
+        if by_epoch:
+            return self.every_n_epochs(
+                runner, checkpoint.interval, checkpoint.save_begin) or (
+                    checkpoint.save_last and self.is_last_train_epoch(runner))
+        return self.every_n_train_iters(
+            runner, checkpoint.interval,
+            checkpoint.save_begin) or (checkpoint.save_last
+                                       and self.is_last_train_iter(runner))
 
     def _store(self, runner: Runner) -> None:
         runner.message_hub.update_info(INFO_KEY, gather_states())

@@ -7,9 +7,7 @@ The strategies load on first use (``mmstats.registry.STRATEGIES`` imports
 their modules): importing :mod:`mmstats.strategies.consolidate` to read a
 checkpoint imports neither mmengine's strategies nor DeepSpeed.
 """
-import importlib
-from typing import Any
-
+from mmstats.utils.lazy import lazy_getattr
 from .consolidate import (SCHEME, consolidate_checkpoint,
                           is_checkpoint_directory, is_deepspeed_checkpoint,
                           is_sharded_checkpoint, read_deepspeed_checkpoint,
@@ -32,10 +30,4 @@ __all__ = [
     'register_consolidating_loader'
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

@@ -7,6 +7,7 @@ from mmengine._strategy import DeepSpeedStrategy as MMEngineDeepSpeedStrategy
 
 from mmstats.registry import STRATEGIES
 from .consolidate import read_deepspeed_checkpoint
+from .state_dicts import log_incompatible_keys
 
 __all__ = ['DeepSpeedStrategy']
 
@@ -133,8 +134,6 @@ class DeepSpeedStrategy(MMEngineDeepSpeedStrategy):
         return checkpoint
 
     def _load_weights(self, state_dict: dict, strict: bool) -> None:
-        result = self.model.module.load_state_dict(state_dict, strict=strict)
-        if result.missing_keys or result.unexpected_keys:
-            self.logger.warning(
-                f'missing keys in source state_dict: {result.missing_keys}; '
-                f'unexpected keys: {result.unexpected_keys}')
+        log_incompatible_keys(
+            self.logger,
+            self.model.module.load_state_dict(state_dict, strict=strict))

@@ -119,6 +119,20 @@ def refuse_together(checkpoint: dict, where: str) -> None:
         raise RuntimeError(problem[0])
 
 
+def log_incompatible_keys(logger: Any, result: Any) -> None:
+    """Warn about a non-strict load's missing and unexpected keys
+    (``load_state_dict``'s result), as mmengine's loaders do.
+
+    Example:
+        >>> from torch.nn.modules.module import _IncompatibleKeys
+        >>> log_incompatible_keys(None, _IncompatibleKeys([], []))
+    """
+    if result.missing_keys or result.unexpected_keys:
+        logger.warning(
+            f'missing keys in source state_dict: {result.missing_keys}; '
+            f'unexpected keys: {result.unexpected_keys}')
+
+
 def _local(value: Any) -> torch.Tensor:
     if hasattr(value, 'to_local'):
         return value.to_local()
@@ -208,12 +222,12 @@ class ShardedCheckpointing:
         from torch.distributed.checkpoint.state_dict import \
             set_model_state_dict
         state_dict = revise_state_dict_keys(state_dict, revise_keys)
-        result = set_model_state_dict(
-            self.model, state_dict, options=self._options(True, strict=strict))
-        if result.missing_keys or result.unexpected_keys:
-            self.logger.warning(
-                f'missing keys in source state_dict: {result.missing_keys}; '
-                f'unexpected keys: {result.unexpected_keys}')
+        log_incompatible_keys(
+            self.logger,
+            set_model_state_dict(
+                self.model,
+                state_dict,
+                options=self._options(True, strict=strict)))
 
     def load_optim_state_dict(self, state_dict: dict) -> None:
         """Load a full optimizer state dict (as :meth:`optim_state_dict`

@@ -2,10 +2,10 @@
 from .checkpoint import allow_mmengine_checkpoints
 from .launcher import (LaunchRefused, build_runner, check_checkpoints,
                        check_runner_type, finish_distributed,
-                       init_cpu_distributed, setup_launcher)
+                       init_cpu_distributed, registered_name, setup_launcher)
 
 __all__ = [
     'LaunchRefused', 'allow_mmengine_checkpoints', 'build_runner',
     'check_checkpoints', 'check_runner_type', 'finish_distributed',
-    'init_cpu_distributed', 'setup_launcher'
+    'init_cpu_distributed', 'registered_name', 'setup_launcher'
 ]

@@ -139,6 +139,17 @@ def _base_name(type_name: str) -> str:
     return type_name.rpartition('.')[2]
 
 
+def registered_name(cfg: dict) -> str:
+    """The ``type`` of a config dict without its scope prefix (a class
+    gives its name).
+
+    Example:
+        >>> registered_name(dict(type='mmstats.FSDP2Strategy'))
+        'FSDP2Strategy'
+    """
+    return _base_name(_type_name(cfg))
+
+
 def is_flexible_runner(runner_type: Any) -> bool:
     """Whether ``runner_type`` (a config's: a registered name or a class)
     is mmengine's ``FlexibleRunner`` or a subclass of it, the runners that

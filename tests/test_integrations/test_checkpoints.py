@@ -30,15 +30,13 @@ import os
 import os.path as osp
 import re
 import subprocess
-import sys
 from typing import NamedTuple
 
 import pytest
 import torch
 from mmengine.config import Config
 
-from tests.helpers.dist import free_port
-from tests.helpers.without_deepspeed import env_without_deepspeed
+from tests.helpers.launch import launch
 from tests.test_integrations.test_tools_exit import load_tool
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -68,26 +66,6 @@ COMMON = (f'train_cfg.max_epochs={N}', 'default_hooks.logger.interval=1',
           'default_hooks.checkpoint.interval=1')
 
 
-def launch(script: str, args: list, deepspeed: bool):
-    """``bash tools/SCRIPT ARGS`` (2 processes, one thread each)."""
-    env = dict(
-        os.environ,
-        PYTHON=sys.executable,
-        PORT=str(free_port()),
-        OMP_NUM_THREADS='1',
-        MKL_NUM_THREADS='1')
-    env.pop('DS_ACCELERATOR', None)  # the launcher sets it
-    if not deepspeed:
-        env = env_without_deepspeed(env)
-    return subprocess.run(['bash',
-                           osp.join(ROOT, 'tools', script), *args],
-                          cwd=ROOT,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=300)
-
-
 class Run(NamedTuple):
     cell: str
     config: str  # the strategy config
@@ -99,31 +77,29 @@ class Run(NamedTuple):
     resumed: subprocess.CompletedProcess
 
 
+def with_hook(tmp, config: str, module: str, hook: dict) -> str:
+    """``config`` plus one hook of the test tree (``custom_imports`` of
+    ``module``, as any user hook), written beside it in ``tmp``."""
+    hooks = Config.fromfile(config).to_dict()['custom_hooks']
+    child = tmp / f"{hook['type']}.py"
+    child.write_text(f'_base_ = [{config!r}]\n'
+                     f"custom_imports = dict(imports=[{module!r}], "
+                     'allow_failed_imports=False)\n'
+                     f'custom_hooks = {hooks!r} + [{hook!r}]\n')
+    return str(child)
+
+
 def recorded_config(tmp, config: str) -> str:
     """``config`` plus the hook that writes down what the launcher built
-    (``tests/helpers/launch_recorder.py``, through ``custom_imports`` as
-    any user hook)."""
-    hooks = Config.fromfile(config).to_dict()['custom_hooks']
-    child = tmp / 'recorded.py'
-    child.write_text(
-        f'_base_ = [{config!r}]\n'
-        "custom_imports = dict(imports=['tests.helpers.launch_recorder'], "
-        'allow_failed_imports=False)\n'
-        f"custom_hooks = {hooks!r} + [dict(type='LaunchRecorderHook')]\n")
-    return str(child)
+    (``tests/helpers/launch_recorder.py``)."""
+    return with_hook(tmp, config, 'tests.helpers.launch_recorder',
+                     dict(type='LaunchRecorderHook'))
 
 
 def interrupted_config(tmp, config: str) -> str:
     """``config`` plus a hook that ends training after epoch ``N - 1``."""
-    hooks = Config.fromfile(config).to_dict()['custom_hooks']
-    child = tmp / 'interrupted.py'
-    child.write_text(
-        f'_base_ = [{config!r}]\n'
-        "custom_imports = dict(imports=['tests.helpers.interrupt'], "
-        'allow_failed_imports=False)\n'
-        f'custom_hooks = {hooks!r} + '
-        f"[dict(type='InterruptAfterEpochHook', epoch={N - 1})]\n")
-    return str(child)
+    return with_hook(tmp, config, 'tests.helpers.interrupt',
+                     dict(type='InterruptAfterEpochHook', epoch=N - 1))
 
 
 @pytest.fixture(scope='module', params=list(CELLS))

@@ -10,8 +10,6 @@ mmengine cannot run are refused with the fix.
 """
 import os
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -20,8 +18,7 @@ from mmengine.config import Config
 
 from mmstats.utils import (LaunchRefused, build_runner, check_checkpoints,
                            check_runner_type, setup_launcher)
-from tests.helpers.dist import free_port
-from tests.helpers.without_deepspeed import env_without_deepspeed
+from tests.helpers.launch import launch
 from tests.test_integrations.test_tools_exit import load_tool
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -206,33 +203,6 @@ def test_amp_flag_refused_where_the_strategy_has_its_own(
 
 
 # ------------------------------------------------------ real launches
-def launch(script: str,
-           args: list,
-           cwd: str,
-           deepspeed: bool = False) -> subprocess.CompletedProcess:
-    """``bash tools/SCRIPT ARGS`` with 2 processes' worth of environment:
-    this interpreter, one thread each, a free port; DeepSpeed importable
-    only where ``deepspeed`` (the DDP launch checks that an installed
-    DeepSpeed says nothing there; the others spare its import, 2.7 s of
-    CPU per rank)."""
-    env = dict(
-        os.environ,
-        PYTHON=sys.executable,
-        PORT=str(free_port()),
-        OMP_NUM_THREADS='1',
-        MKL_NUM_THREADS='1')
-    env.pop('DS_ACCELERATOR', None)  # the launcher sets it
-    if not deepspeed:
-        env = env_without_deepspeed(env)
-    return subprocess.run(['bash',
-                           osp.join(ROOT, 'tools', script), *args],
-                          cwd=cwd,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=300)
-
-
 def test_flexible_runner_built_directly_needs_no_runner_type(
         tmp_path, cpu_with_a_group):
     """``FlexibleRunner.from_cfg(cfg)`` called by hand (cpu_dist wraps it)
@@ -269,7 +239,7 @@ def test_a_refused_launch_says_why_once_before_training(tmp_path):
                      "strategy = dict(type='DDPStrategy')\n")
     result = launch('dist_train.sh',
                     [str(child), '2', '--work-dir',
-                     str(tmp_path / 'work')], ROOT)
+                     str(tmp_path / 'work')])
     assert result.returncode != 0
     text = result.stdout + result.stderr
     assert text.count('tools/train.py: error: strategy=DDPStrategy') == 1
