@@ -66,6 +66,20 @@ test: install
 test-quick: install
 	$(PYTEST) -m "not dist and not runner and not slow" $(TEST_PATHS)
 
+# The version matrix (docs/compat.md): the whole suite on every stack of
+# requirements/stacks/ and the pinned one, each in a cached venv outside
+# the checkout (~/.cache/mmstats/stacks; ~2-4 min to build each, once);
+# the table in work_dirs/matrix/table.md. STACKS="..." picks some.
+.PHONY: test-matrix test-ends
+test-matrix:
+	bash tools/stacks/matrix.sh
+
+# CI's ends of the matrix: the quick tests on the oldest and the newest
+# torch (the pinned stack runs everything in `make test`).
+test-ends:
+	STACKS="torch2.1 torch2.14" bash tools/stacks/matrix.sh \
+		-m "not dist and not runner and not slow"
+
 # On a machine with CUDA (skipped elsewhere).
 test-gpu: install
 	$(PY) -m pytest tests/cuda -q -p no:cacheprovider

@@ -10,7 +10,9 @@ installs: they are the user's (upstream ``mmengine`` or the maintained fork
 import. Extras: ``mminstall`` (mmengine) and ``torch`` for a fresh
 environment, as OpenMMLab's own packages do; ``demo`` (projects/digits_demo,
 the plots and TensorBoard), ``deepspeed`` (DeepSpeedStrategy), ``tests``,
-``lint``, ``docs``, ``benchmarks``.
+``lint``, ``docs``, ``benchmarks``. The wheel carries the config fragments
+(``mmstats::_base_/...``) and the launchers (``mmstats-train``,
+``mmstats-test``).
 """
 import os
 
@@ -48,6 +50,14 @@ setup(
     license='Apache-2.0',
     python_requires='>=3.11',
     packages=find_packages(include=['mmstats', 'mmstats.*']),
+    # the config fragments, where mmengine looks for ``mmstats::PATH``
+    # (OpenMMLab's layout: mmstats/.mim/configs, in a clone a link to
+    # configs/)
+    package_data={'mmstats': ['.mim/configs/*/*/*.py', '.mim/configs/*.md']},
+    entry_points=dict(console_scripts=[
+        'mmstats-train = mmstats.tools.train:main',
+        'mmstats-test = mmstats.tools.test:main',
+    ]),
     install_requires=read_requirements('runtime.txt'),
     extras_require=dict(
         mminstall=read_requirements('mminstall.txt'),

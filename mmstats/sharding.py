@@ -31,6 +31,8 @@ import torch
 from torch import Tensor, nn
 
 from mmstats.dist import get_rank, get_world_size
+from mmstats.utils.torch_compat import (dtensor_class, foreach_norm,
+                                        fsdp_module_class)
 
 __all__ = [
     'ParamPart', 'ParamLayout', 'sum_squares', 'segment_sum', 'is_sharded',
@@ -306,7 +308,7 @@ class ParamLayout:
 
     def __init__(self, model: nn.Module) -> None:
         from torch.distributed.fsdp import FullyShardedDataParallel
-        from torch.distributed.tensor import DTensor
+        DTensor = dtensor_class()
         if not isinstance(model, nn.Module):  # mmengine's DeepSpeed wrapper
             model = model.module
         rank = get_rank()
@@ -375,8 +377,7 @@ def sum_squares(tensors: Sequence[Tensor],
     """
     if not tensors:
         return torch.zeros(num_segments, dtype=torch.float64, device=device)
-    squares = torch.stack(
-        torch._foreach_norm(list(tensors), 2, dtype=torch.float64)).square()
+    squares = torch.stack(foreach_norm(tensors, 2, torch.float64)).square()
     return segment_sum(squares, segments, num_segments)
 
 
@@ -421,7 +422,7 @@ def is_sharded(model: nn.Module) -> bool:
         False
     """
     from torch.distributed.fsdp import FullyShardedDataParallel
-    from torch.distributed.tensor import DTensor
+    DTensor = dtensor_class()
     if not isinstance(model, nn.Module):  # mmengine's DeepSpeed wrapper
         model = model.module
     if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
@@ -488,12 +489,12 @@ def reshard(model: Any) -> None:
         >>> from torch import nn
         >>> reshard(nn.Linear(2, 2))  # not sharded: nothing to free
     """
-    from torch.distributed.fsdp import FSDPModule
+    FSDPModule = fsdp_module_class()
     engine = model if hasattr(model, 'empty_partition_cache') else getattr(
         model, 'model', None)
     if hasattr(engine, 'empty_partition_cache'):
         engine.empty_partition_cache()
         return
-    for module in model.modules():
+    for module in model.modules() if FSDPModule is not None else ():
         if isinstance(module, FSDPModule):
             module.reshard()

@@ -51,19 +51,20 @@ What differs, each on purpose (see ``docs/quantiles.md``):
 import math
 from typing import Any, Dict, List, Pattern, Union
 
-import torch
+import torch  # noqa: F401  (the examples use it)
 
 from .stats import REPORTER
 from .stats import Collector as _StatsCollector
 from .stats import report as _report
 from .stats import report0 as _report0
 from .utils.args import check_bool, compile_regex
+from .utils.torch_compat import is_compiling
 
 __all__ = [
     'EasyDict', 'init_multiprocessing', 'report', 'report0', 'Collector'
 ]  # and ``default_collector``, created at its first use
 
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = is_compiling
 
 
 class EasyDict(dict):

@@ -237,6 +237,7 @@ LAYERS = (
      'mmstats.wrappers', 'mmstats.training_stats'),
     ('mmstats.module_stats', ),
     ('mmstats.hooks', 'mmstats.strategies'),  # the Runner-facing ones
+    ('mmstats.tools', ),  # the launchers
 )
 
 

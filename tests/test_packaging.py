@@ -68,11 +68,11 @@ def test_metadata_matches_what_is_tested():
 
 
 @pytest.mark.parametrize('found,minimum,ok', [
-    ('2.13.0+cpu', '2.11', True),
-    ('2.11.0+cu130', '2.11', True),
-    ('2.11.0a0+gitabc', '2.11', True),
-    ('2.10.1', '2.11', False),
-    ('2.4.0', '2.11', False),
+    ('2.13.0+cpu', '2.1', True),
+    ('2.1.2+cu121', '2.1', True),
+    ('2.1.0a0+gitabc', '2.1', True),
+    ('2.0.1', '2.1', False),
+    ('1.13.1', '2.1', False),
     ('0.10.7', '0.10.7', True),
     ('0.10.6', '0.10.7', False),
     ('0.11.0', '0.10.7', True),
@@ -97,11 +97,11 @@ def import_mmstats_after(setup: str) -> subprocess.CompletedProcess:
 
 
 def test_import_fails_with_an_old_torch(tmp_path):
-    """``import mmstats`` under a torch that reports 2.10 fails first,
-    naming 2.11."""
-    proc = import_mmstats_after('import torch; torch.__version__ = "2.10.0"')
+    """``import mmstats`` under a torch that reports 2.0 fails first,
+    naming 2.1."""
+    proc = import_mmstats_after('import torch; torch.__version__ = "2.0.1"')
     assert proc.returncode != 0
-    assert 'ImportError: mmstats needs torch >= 2.11 (found 2.10.0)' in \
+    assert 'ImportError: mmstats needs torch >= 2.1 (found 2.0.1)' in \
         proc.stderr, proc.stderr
 
 
@@ -250,3 +250,23 @@ def test_wheel_installs_and_trains_outside_the_checkout(tmp_path):
     assert ('mmstats.hooks.stats_collector_hook.StatsCollectorHook'
             in result['hooks'])
     assert 'train/loss/mean' in result['keys']  # the text line's key
+
+    # the installed launcher and fragments: `mmstats::` resolves to the
+    # wheel's copy, the DDP fragment's FlexibleRunner trains on one process
+    (run_dir / 'ddp.py').write_text(
+        "_base_ = ['config.py', 'mmstats::_base_/strategies/ddp.py']\n")
+    for command in ([str(venv / 'bin' / 'mmstats-train'), '--help'],
+                    [python, '-m', 'mmstats.tools.train', 'ddp.py']):
+        launched = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            cwd=str(run_dir),
+            env=dict(env, OMP_NUM_THREADS='1'))
+        assert launched.returncode == 0, (command, launched.stdout[-3000:] +
+                                          launched.stderr[-5000:])
+    assert 'FlexibleRunner' in launched.stdout + launched.stderr
+    assert re.search(r'^checkpoints: .*work', launched.stdout, re.M)
+    fragment = osp.join(site, 'mmstats', '.mim', 'configs', '_base_',
+                        'strategies', 'ddp.py')
+    assert osp.isfile(fragment) and not osp.islink(fragment)

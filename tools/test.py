@@ -1,106 +1,12 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Evaluate a checkpoint with an mmengine config (OpenMMLab style).
-
-One process:   python tools/test.py CONFIG CHECKPOINT
-N processes:   bash tools/dist_test.sh CONFIG CHECKPOINT N   (torchrun)
-Runs the runner's ``test()`` on the config's test_dataloader/test_evaluator
-and prints the metrics. The runner is built as ``tools/train.py`` builds it
-(``mmstats.utils.build_runner``: a FlexibleRunner with its ``strategy`` when
-the config sets ``runner_type``); works on CPU-only machines (gloo) and on
-GPUs (NCCL).
-"""
-import argparse
-import os
+"""``python tools/test.py``: :mod:`mmstats.tools.test` (the launcher the
+package installs as ``mmstats-test``), run from a clone, with
+``tools/analysis`` importable (the curves plotted after training)."""
 import os.path as osp
 import sys
 
-from mmengine.config import Config, DictAction
-from mmengine.dist import is_main_process
-
-from mmstats.strategies import (SCHEME, is_checkpoint_directory,
-                                register_consolidating_loader)
-from mmstats.utils import (allow_mmengine_checkpoints, build_runner,
-                           finish_distributed, registered_name)
-
-#: the strategies that load a sharded checkpoint directory themselves
-READS_DIRECTORIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')
-
-
-def loads_directories(cfg: Config) -> bool:
-    """Whether the config's strategy reads a checkpoint directory itself
-    (mmstats' sharding strategies and mmengine's FSDP/DeepSpeed ones)."""
-    strategy = cfg.get('strategy') if 'runner_type' in cfg else None
-    return isinstance(strategy,
-                      dict) and registered_name(strategy) in READS_DIRECTORIES
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description='Evaluate a checkpoint')
-    parser.add_argument('config', help='test config file path')
-    parser.add_argument('checkpoint', help='the checkpoint to evaluate')
-    parser.add_argument('--work-dir', help='the dir to save logs')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings of the config, key=value')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
-
-
-def build_config(args: argparse.Namespace) -> Config:
-    """Load the config and apply the command line to it."""
-    if not osp.isfile(args.config):
-        raise FileNotFoundError(f'config file {args.config!r} does not exist')
-    if not osp.exists(args.checkpoint):  # a sharded one is a directory
-        raise FileNotFoundError(
-            f'checkpoint {args.checkpoint!r} does not exist')
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        './work_dirs',
-        osp.splitext(osp.basename(args.config))[0])
-    cfg.load_from = args.checkpoint
-    if is_checkpoint_directory(args.checkpoint) and not loads_directories(cfg):
-        # a sharded run's checkpoint, evaluated without sharding: gathered
-        # into full tensors in memory, on each process
-        register_consolidating_loader()
-        cfg.load_from = SCHEME + args.checkpoint
-    cfg.resume = False
-    return cfg
-
-
-def test(cfg: Config) -> dict:
-    """Build the runner of ``cfg``, test, print the metrics on rank 0."""
-    runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
-    metrics = runner.test()
-    if is_main_process():
-        print(
-            'test: ' + ', '.join(f'{k}={v:.4f}' for k, v in metrics.items()
-                                 if isinstance(v, (int, float))),
-            flush=True)
-    return metrics
-
-
-def main(argv=None) -> dict:
-    args = parse_args(argv)
-    allow_mmengine_checkpoints()  # torch.load(weights_only=True)
-    metrics = test(build_config(args))
-    # the runner is gone: its model wrapper's process groups die in
-    # finish_distributed, not while the interpreter exits (an abort)
-    finish_distributed()
-    return metrics
-
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # tools/analysis
+from mmstats.tools.test import main  # noqa: E402
 
 if __name__ == '__main__':
     main()

@@ -30,6 +30,7 @@ from torch.fx.node import has_side_effect
 
 from mmstats.health import NonfiniteWatch
 from mmstats.stats import report
+from mmstats.utils.torch_compat import is_compiling, register_fake
 
 __all__ = ['ActivationProbes', 'in_backward', 'floating_tensors']
 
@@ -51,7 +52,7 @@ def _module_act_fake(value: torch.Tensor, probes: int, name: str) -> None:
 
 
 _LIB.impl('module_act', _module_act_kernel, 'CompositeExplicitAutograd')
-torch.library.register_fake('mmstats::module_act', _module_act_fake, lib=_LIB)
+register_fake('mmstats::module_act', _module_act_fake, _LIB)
 has_side_effect(torch.ops.mmstats.module_act.default)
 
 # The autograd engine's current graph task (-1 outside a backward pass); the
@@ -129,7 +130,7 @@ class ActivationProbes:
         probes = self.id
 
         def forward_hook(module, args, output) -> None:
-            if torch.compiler.is_compiling():
+            if is_compiling():
                 for tensor in floating_tensors(output):
                     torch.ops.mmstats.module_act(tensor, probes, key)
             elif self.armed or self.watching:

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from mmstats.sharding import ParamPart, segment_sum, sum_squares
+from mmstats.utils.torch_compat import foreach_norm
 
 __all__ = [
     'FIRST_MOMENTS', 'SECOND_MOMENTS', 'MOMENT_ROWS', 'moment_sums',
@@ -91,9 +92,8 @@ def moment_sums(parts: Sequence[Tuple[Tuple[int, ...], ParamPart]],
             torch.ones(len(lists), device=device), segments, num_segments)
         if name in SECOND_MOMENTS:  # v >= 0: its L1 norm is its sum
             out[MOMENT_ROWS.index(f'{name}:sum')] = segment_sum(
-                torch.stack(
-                    torch._foreach_norm(values, 1, dtype=torch.float64)),
-                segments, num_segments)
+                torch.stack(foreach_norm(values, 1, torch.float64)), segments,
+                num_segments)
             continue
         grads = [g for _, _, g in lists]
         out[MOMENT_ROWS.index(f'{name}:squares')] = sum_squares(

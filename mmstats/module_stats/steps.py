@@ -34,6 +34,7 @@ from torch import Tensor
 
 from mmstats.health import NonfiniteWatch
 from mmstats.sharding import ParamPart, sum_squares
+from mmstats.utils.torch_compat import foreach_norm
 from .optimizer_state import MOMENT_ROWS, moment_sums
 
 __all__ = ['StepProbe', 'build_step_probes', 'deepspeed_readable']
@@ -279,8 +280,7 @@ class StepProbe:
         if not grads:
             return None
         half, rows, modules = layout
-        norms = torch._foreach_norm(
-            grads, 2, dtype=torch.float32 if half else None)
+        norms = foreach_norm(grads, 2, torch.float32 if half else None)
         return norms, rows, modules
 
     def _watch_layout(self, grads: List[Optional[Tensor]]) -> tuple:

@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
+from mmstats.utils.torch_compat import aminmax
+
 __all__ = [
     'N', 'MEAN', 'M2', 'MIN', 'MAX', 'NONFINITE', 'ROW_WIDTH', 'empty_rows',
     'reduce_values', 'reduce_tensor', 'reduce_in_graph', 'reduce_groups',
@@ -131,7 +133,7 @@ def reduce_tensor(x: torch.Tensor,
         flat = flat.to(_F64)
     if sync_free:
         return _reduce_sync_free(flat)
-    low, high = (t.tolist() for t in torch.aminmax(flat))
+    low, high = (t.tolist() for t in aminmax(flat))
     if not (math.isfinite(low) and math.isfinite(high)):
         return reduce_values(flat.to(_F64))[0]
     return _reduce_finite_cpu(flat, low, high, workspace)
@@ -246,7 +248,7 @@ def _reduce_sync_free(flat: torch.Tensor) -> torch.Tensor:
     n = is_finite.sum(dtype=_F64)
     filled = torch.where(is_finite, flat, zeroed.sum() / n)
     m2, mean = torch.var_mean(filled, correction=filled.numel() - 1)
-    low, high = torch.aminmax(filled)
+    low, high = aminmax(filled)
     return torch.stack([n, mean, m2, low, high, filled.numel() - n])
 
 

@@ -50,6 +50,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 from mmengine.dist import get_rank
 
+from mmstats.utils.torch_compat import (is_compiling, register_fake,
+                                        require_torch)
 from .moments import reduce_in_graph
 from .pending import (Flush, PendingSketches, PendingStore, RootStore,
                       name_error)
@@ -59,7 +61,7 @@ __all__ = [
     'reset', 'enable_compile_support'
 ]
 
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = is_compiling
 
 
 class Reporter:
@@ -235,6 +237,7 @@ class Reporter:
         imports dynamo): see :func:`enable_compile_support`."""
         if self.compiled_report is not None:
             return
+        require_torch('2.7', 'report() inside torch.compile')
         from torch._dynamo.eval_frame import set_code_exec_strategy
         from torch._dynamo.types import FrameAction, FrameExecStrategy
         from torch.fx.node import has_side_effect
@@ -252,7 +255,7 @@ class Reporter:
                      'CompositeExplicitAutograd')
         for op, fake in (('report', _report_fake), ('report_row',
                                                     _report_row_fake)):
-            torch.library.register_fake(f'mmstats::{op}', fake, lib=library)
+            register_fake(f'mmstats::{op}', fake, library)
             # No output: without this mark, dead-code elimination drops it.
             has_side_effect(getattr(torch.ops.mmstats, op).default)
         # Run eagerly after a graph break, with every frame they call (the

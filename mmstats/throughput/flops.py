@@ -21,6 +21,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from mmstats.utils.torch_compat import flop_registry
+
 __all__ = ['PEAK_FLOPS', 'peak_flops', 'IterationFlops']
 
 #: Dense peak FLOP/s per device (no sparsity), by the first pattern that
@@ -82,7 +84,7 @@ class _KindsMode(TorchDispatchMode):
 
     def __init__(self, counter: FlopCounterMode) -> None:
         super().__init__()
-        self.registry = counter.flop_registry
+        self.registry = flop_registry(counter)
         self.flops: Dict[str, int] = defaultdict(int)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from mmstats.utils.torch_compat import torch_at_least
+
 
 def _numpy_globals() -> list:
     dtypes = [
@@ -99,6 +101,10 @@ def allow_mmengine_checkpoints() -> None:
             from mmstats.utils import allow_mmengine_checkpoints
             allow_mmengine_checkpoints()
     """
+    if not torch_at_least('2.6'):
+        # torch.load's weights_only defaults to False before 2.6: nothing
+        # to allow (and the allowlist takes (fn, name) pairs from 2.6 on).
+        return
     from mmengine.config import ConfigDict
     from mmengine.logging import HistoryBuffer
     torch.serialization.add_safe_globals([

@@ -1,26 +1,26 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """The oldest torch and mmengine mmstats runs with, checked at import.
 
-The minimums are the oldest versions the test suite was run with (see
-``docs/testing.md``): torch 2.11 (CUDA 13, on a GPU machine; CPU CI runs
-2.13) and mmengine 0.10.7. They match ``requirements/torch.txt``,
-``requirements/mminstall.txt`` and the README's "Supported" line.
+The minimums are the oldest versions the version matrix runs the whole
+test suite with (``make test-matrix``, ``docs/compat.md``): torch 2.1 and
+mmengine 0.10.7. They match ``requirements/torch.txt``,
+``requirements/mminstall.txt`` and the README's "Supported" line. The torch
+APIs that changed since 2.1 are reached through
+:mod:`mmstats.utils.torch_compat`; a feature with no older API refuses
+where it is built, naming the torch it needs.
 
 mmstats does not install either (its ``mminstall`` and ``torch`` extras do,
 for a fresh environment): the engine is checked here by its import name,
 ``mmengine``, whichever distribution provides it: OpenMMLab's ``mmengine``
 or the maintained fork ``onedl-mmengine`` (which installs the same import
-package). Some of the torch APIs mmstats calls are much
-newer than torch's own 2.0 (``torch.library.register_fake`` and
-``torch.serialization.add_safe_globals``: 2.4, ``torch.compiler.is_compiling``:
-2.3), so an older torch installed with ``--no-deps`` must fail here, naming
+package). An older torch installed with ``--no-deps`` fails here, naming
 the version it needs, not later with an ``AttributeError`` in a hook.
 """
 import re
 from typing import Tuple
 
 #: Oldest tested torch (``requirements/torch.txt``).
-MIN_TORCH = '2.11'
+MIN_TORCH = '2.1'
 #: Oldest tested mmengine (``requirements/mminstall.txt``).
 MIN_MMENGINE = '0.10.7'
 #: what to install for each import package, by the distributions that
@@ -62,12 +62,12 @@ def check_version(package: str, found: str, minimum: str) -> None:
         ImportError: ``found`` is older than ``minimum``.
 
     Example:
-        >>> check_version('torch', '2.13.0+cpu', '2.11')  # passes
+        >>> check_version('torch', '2.13.0+cpu', '2.1')  # passes
         >>> try:
-        ...     check_version('torch', '2.4.1', '2.11')
+        ...     check_version('torch', '2.0.1', '2.1')
         ... except ImportError as e:
         ...     print(str(e).split(':')[0])
-        mmstats needs torch >= 2.11 (found 2.4.1)
+        mmstats needs torch >= 2.1 (found 2.0.1)
     """
     have, need = release(found), release(minimum)
     width = max(len(have), len(need))

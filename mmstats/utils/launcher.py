@@ -118,6 +118,31 @@ GROUP_STRATEGIES = ('DDPStrategy', 'FSDPStrategy', 'FSDP2Strategy',
                     'DeepSpeedStrategy')
 
 
+def enable_config_scope() -> None:
+    """Let configs inherit mmstats' fragments as ``mmstats::PATH``, e.g.
+    ``_base_ = ['mmstats::_base_/strategies/fsdp2.py']``, from a clone or
+    an installed wheel (``mmstats/.mim/configs``, OpenMMLab's layout).
+
+    mmengine resolves ``pkg::`` only for the packages of its
+    ``MODULE2PACKAGE`` table; mmstats' launchers (``tools/train.py``,
+    ``python -m mmstats.tools.train``) add ``mmstats`` to it before they
+    read the config. Importing mmstats never does (a launcher of another
+    package reads its config before anything imports mmstats: there,
+    inherit the fragment by its path, ``docs/launching.md``).
+
+    Example:
+        >>> from mmengine.config.utils import MODULE2PACKAGE
+        >>> enable_config_scope()
+        >>> MODULE2PACKAGE['mmstats']
+        'mmstats'
+    """
+    from mmengine.config import utils
+
+    # the import name: mmengine looks a name that is no distribution up
+    # with importlib (the package's directory, editable or installed)
+    utils.MODULE2PACKAGE.setdefault('mmstats', 'mmstats')
+
+
 class LaunchRefused(ValueError):
     """A config the launcher refuses before any process trains; the
     message names the way out. ``tools/train.py`` prints it once (rank 0).
@@ -265,8 +290,23 @@ def _cpu_strategy(cfg: 'Union[Config, dict]') -> None:
         strategy['model_wrapper'].setdefault('device_id', 'cpu')
     elif name == 'DeepSpeedStrategy':
         os.environ.setdefault('DS_ACCELERATOR', 'cpu')
-        import deepspeed
+        deepspeed = _import_deepspeed()
         deepspeed.init_distributed(dist_backend='gloo')  # uses the group
+
+
+def _import_deepspeed() -> Any:
+    """``import deepspeed``, or LaunchRefused saying what to install
+    (DeepSpeed raises ValueError at import on a torch it does not
+    support)."""
+    try:
+        import deepspeed
+    except Exception as exc:
+        raise LaunchRefused(
+            'strategy DeepSpeedStrategy needs DeepSpeed, which does not '
+            f'import here ({type(exc).__name__}: {str(exc)[:120]}); install '
+            "the one for this torch with `pip install 'mmengine-stats"
+            "[deepspeed]'` (docs/compat.md)") from exc
+    return deepspeed
 
 
 def _deepspeed_optim_wrapper(cfg: 'Union[Config, dict]') -> None:

@@ -19,6 +19,7 @@ from torch import nn
 
 from mmstats.registry import MODEL_WRAPPERS
 from mmstats.utils.args import check_positive_int, check_str, compile_regex
+from mmstats.utils.torch_compat import fully_shard_api
 
 __all__ = ['FullyShard']
 
@@ -96,7 +97,6 @@ class FullyShard:
                 replicas: int = 1,
                 strategy: Optional[str] = None,
                 **strategy_args: Any) -> nn.Module:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         owner = 'FullyShard'
         if strategy != 'FSDP2Strategy':
             raise ValueError(
@@ -105,6 +105,7 @@ class FullyShard:
                 "(configs/_base_/strategies/fsdp2.py): under mmengine's "
                 'DDPStrategy the checkpoints would hold rank 0\'s shard of '
                 'every weight as the whole weight')
+        fully_shard, MixedPrecisionPolicy = fully_shard_api()
         pattern = compile_regex(owner, 'blocks', blocks)
         keep = None if fp32_modules is None else compile_regex(
             owner, 'fp32_modules', fp32_modules)

@@ -19,6 +19,7 @@ from mmengine.config import Config
 from mmstats.utils import (LaunchRefused, build_runner, check_checkpoints,
                            check_runner_type, setup_launcher)
 from tests.helpers.launch import launch
+from tests.helpers.torch_versions import DEEPSPEED
 from tests.test_integrations.test_tools_exit import load_tool
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -69,11 +70,8 @@ def cpu_with_a_group(monkeypatch):
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     monkeypatch.setattr(dist, 'is_initialized', lambda: True)
     calls = []
-    try:
+    if DEEPSPEED:
         import deepspeed
-    except ImportError:
-        deepspeed = None
-    if deepspeed is not None:
         monkeypatch.setattr(deepspeed, 'init_distributed',
                             lambda **kwargs: calls.append(kwargs))
     monkeypatch.delenv('DS_ACCELERATOR', raising=False)
@@ -85,6 +83,11 @@ def cpu_with_a_group(monkeypatch):
 def test_cpu_set_up_of_each_strategy(tmp_path, base, cpu_with_a_group):
     cfgs = {f: merged(tmp_path, base, f) for f in FRAGMENT_NAMES}
     for cfg in cfgs.values():
+        if cfg.strategy.type.endswith('DeepSpeedStrategy') and not DEEPSPEED:
+            with pytest.raises(
+                    LaunchRefused, match='mmengine-stats.deepspeed'):
+                setup_launcher(cfg)
+            continue
         cfg.launcher = 'pytorch'
         setup_launcher(cfg)
         assert cfg.env_cfg.dist_cfg.backend == 'gloo'
@@ -96,6 +99,8 @@ def test_cpu_set_up_of_each_strategy(tmp_path, base, cpu_with_a_group):
     fsdp2 = cfgs['fsdp2'].strategy.model_wrapper
     assert fsdp2.type == 'mmstats.FullyShard' and 'device_ids' not in fsdp2
     zero3 = cfgs['deepspeed_zero3']
+    if not DEEPSPEED:
+        return
     assert zero3.optim_wrapper.type == 'DeepSpeedOptimWrapper'
     assert zero3.optim_wrapper.optimizer == Config.fromfile(
         base).optim_wrapper.optimizer

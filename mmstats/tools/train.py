@@ -1,0 +1,255 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""Train a model with an mmengine config (OpenMMLab style).
+
+From a clone:
+    One process:   python tools/train.py CONFIG
+    N processes:   bash tools/dist_train.sh CONFIG N   (torchrun)
+    Slurm:         bash tools/slurm_train.sh PARTITION JOB CONFIG WORK_DIR
+From an installed package (``pip install mmengine-stats``):
+    One process:   mmstats-train CONFIG   (or python -m mmstats.tools.train)
+    N processes:   torchrun --nproc_per_node N -m mmstats.tools.train \
+                       CONFIG --launcher pytorch
+
+The runner is built the OpenMMLab way (``mmstats.utils.build_runner``): a
+config that sets ``runner_type`` (a FlexibleRunner with a DDP, FSDP, FSDP2
+or DeepSpeed ``strategy``, e.g. one inheriting
+``configs/_base_/strategies/fsdp.py``) gets ``RUNNERS.build(cfg)``, any
+other ``Runner.from_cfg(cfg)``. Works on CPU-only machines (gloo) as well as
+on GPUs (NCCL).
+"""
+
+import argparse
+import os
+import os.path as osp
+import sys
+import time
+from typing import Any, Optional
+
+import torch
+from mmengine.config import Config, DictAction
+from mmengine.dist import is_main_process
+from mmengine.hooks import Hook
+
+from mmstats.hooks import RandomStateHook
+from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
+                           build_runner, enable_config_scope,
+                           finish_distributed, registered_name)
+
+__all__ = ['main']
+
+
+def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Train a model')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    parser.add_argument(
+        '--resume',
+        nargs='?',
+        type=str,
+        const='auto',
+        help='resume from the given checkpoint; without a path, from the '
+        'latest checkpoint in the work dir')
+    parser.add_argument(
+        '--amp',
+        action='store_true',
+        help='enable automatic mixed precision training (needs CUDA)')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override settings of the config, key=value (e.g. '
+        'train_cfg.max_epochs=3 model.backbone.norm_cfg.type=GN)')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher')
+    # torch.distributed.launch passes --local-rank (or --local_rank)
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    """Load the config and apply the command line to it."""
+    if not osp.isfile(args.config):
+        raise FileNotFoundError(
+            f'config file {args.config!r} does not exist (the demo configs '
+            'are under projects/digits_demo/configs/)')
+    enable_config_scope()  # _base_ = ['mmstats::_base_/strategies/...']
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+    if args.amp:
+        use_amp(cfg)
+    if args.resume == 'auto':
+        latest = latest_checkpoint(cfg.work_dir)
+        cfg.resume = latest is not None
+        cfg.load_from = latest
+        if latest is None:
+            say(f'--resume: no checkpoint to resume in {cfg.work_dir} (no '
+                'last_checkpoint naming an existing one): training from '
+                'scratch')
+    elif args.resume is not None:
+        if not osp.exists(args.resume):  # a sharded one is a directory
+            raise FileNotFoundError(
+                f'--resume {args.resume!r}: no such checkpoint file (use '
+                '--resume without a path for the latest in the work dir)')
+        cfg.resume = True
+        cfg.load_from = args.resume
+    return cfg
+
+
+def is_first_process() -> bool:
+    """Rank 0 of the launch, before any process group exists."""
+    rank = os.environ.get('RANK', os.environ.get('SLURM_PROCID', '0'))
+    return int(rank) == 0
+
+
+def say(message: str) -> None:
+    """One line from the launch (rank 0's), not one per process."""
+    if is_first_process():
+        print(f'tools/train.py: {message}', file=sys.stderr, flush=True)
+
+
+def latest_checkpoint(work_dir: str) -> Optional[str]:
+    """The checkpoint mmengine's ``last_checkpoint`` file names in
+    ``work_dir``, if it exists (a file, or a sharded run's directory)."""
+    record = osp.join(work_dir, 'last_checkpoint')
+    if not osp.isfile(record):
+        return None
+    with open(record) as f:
+        path = f.read().strip()
+    return path if path and osp.exists(path) else None
+
+
+def use_amp(cfg: Config) -> None:
+    """``--amp``: mmengine's ``AmpOptimWrapper`` with a dynamic loss scale
+    (under FSDPStrategy mmengine gives it FSDP's sharded scaler). Refused
+    without CUDA, and where the strategy does its own mixed precision."""
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            '--amp needs a CUDA device (mmengine\'s AmpOptimWrapper); '
+            'this machine has none: drop --amp')
+    strategy = cfg.get('strategy') or {}
+    wrapper = strategy.get('model_wrapper') or {}
+    if str(strategy.get('type', '')).endswith('DeepSpeedStrategy'):
+        raise ValueError(
+            '--amp under DeepSpeedStrategy: DeepSpeed does its own mixed '
+            'precision; use --cfg-options strategy.bf16.enabled=True (or '
+            'strategy.fp16.enabled=True) instead')
+    if str(strategy.get('type', '')).endswith('FSDP2Strategy') or str(
+            wrapper.get('type', '')).endswith('FullyShard'):
+        raise ValueError(
+            '--amp under FSDP2 (FullyShard): its mixed precision is '
+            'FullyShard\'s own; use --cfg-options '
+            'strategy.model_wrapper.param_dtype=bfloat16 instead')
+    cfg.optim_wrapper.type = 'AmpOptimWrapper'
+    cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+
+
+class FinalMetricsHook(Hook):
+    """Keep the metrics of the last validation (the evaluator's own dict,
+    without what other hooks put into the message hub)."""
+
+    priority = 'LOWEST'
+
+    def __init__(self) -> None:
+        self.metrics: dict = {}
+
+    def after_val_epoch(self,
+                        runner: Any,
+                        metrics: Optional[dict] = None) -> None:
+        self.metrics = dict(metrics or {})
+
+
+def plot_curves(scalars: str) -> Optional[str]:
+    """The loss/accuracy PNG, or None without matplotlib (demo extra) or
+    outside a clone (``tools/analysis`` is the clone's)."""
+    try:
+        import matplotlib  # noqa: F401
+        from analysis.plot_curves import plot_training_curves
+    except ImportError:
+        return None
+    return plot_training_curves(scalars)
+
+
+def report(runner: Any, metrics: dict) -> None:
+    """Print the final validation metrics and where the outputs are."""
+    if not is_main_process():
+        return
+    scalars = osp.join(runner.log_dir, 'vis_data', 'scalars.json')
+    lines = ['', '=' * 60]
+    numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+    if numbers:
+        lines.append('final validation: ' +
+                     ', '.join(f'{k}={v:.2f}' for k, v in numbers.items()))
+    lines += [
+        f'logs:        {osp.join(runner.log_dir, runner.timestamp + ".log")}',
+        f'scalars:     {scalars}',
+        f'checkpoints: {osp.abspath(runner.work_dir)}',
+        f'plots:       {plot_curves(scalars)}',
+        '=' * 60,
+    ]
+    print('\n'.join(lines), flush=True)
+
+
+def has_hook(cfg: Config, name: str) -> bool:
+    """Whether ``cfg.custom_hooks`` names the hook ``name`` already."""
+    return any(
+        registered_name(hook) == name
+        for hook in cfg.get('custom_hooks') or [])
+
+
+def train(cfg: Config) -> None:
+    """Build the runner of ``cfg``, train, print where the results are.
+
+    The runner gets mmstats' ``RandomStateHook`` (every rank's random
+    generators saved with each checkpoint and restored at ``--resume``)
+    unless the config has it.
+    """
+    runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
+    final_metrics = FinalMetricsHook()
+    runner.register_hook(final_metrics)
+    if not has_hook(cfg, 'RandomStateHook'):
+        runner.register_hook(RandomStateHook(), priority='LOW')
+    runner.train()
+    report(runner, final_metrics.metrics)
+
+
+def main(argv: Optional[list] = None) -> None:
+    """Train the config named on the command line (``argv``, default
+    ``sys.argv[1:]``); ``mmstats-train --help`` lists the arguments.
+
+    Example:
+        .. code-block:: shell
+
+            mmstats-train CONFIG --work-dir work_dirs/x
+            torchrun --nproc_per_node 2 -m mmstats.tools.train CONFIG \\
+                --launcher pytorch
+    """
+    args = parse_args(argv)
+    allow_mmengine_checkpoints()  # --resume under torch.load(weights_only)
+    try:
+        cfg = build_config(args)
+        train(cfg)
+    except LaunchRefused as exc:  # before any process trains: said once
+        say(f'error: {exc}')
+        if not is_first_process():  # torchrun ends the launch when one
+            time.sleep(3)  # process exits: rank 0 says why first
+        sys.exit(1)
+    # the runner is gone: its model wrapper's process groups die in
+    # finish_distributed, not while the interpreter exits (an abort)
+    finish_distributed()
+
+
+if __name__ == '__main__':
+    sys.exit(main())

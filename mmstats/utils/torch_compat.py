@@ -1,0 +1,229 @@
+# Copyright (c) mmstats contributors. All rights reserved.
+"""The torch APIs mmstats calls whose name or signature changed between
+torch 2.1 and the newest, in one place (``docs/compat.md``).
+
+Each function here gives the newest API where the installed torch has it
+and the older one otherwise, with the same result; a feature with no older
+API (FSDP2, ``report()`` inside compiled graphs, the checkpoint state-dict
+API) asks :func:`require_torch`, which refuses with the version it needs.
+
+=================================  =====  ==================================
+API                                torch  older torch
+=================================  =====  ==================================
+``torch.distributed.tensor``       2.5    ``torch.distributed._tensor``
+``torch.distributed.fsdp``          2.6    ``torch.distributed._composable.
+``.FSDPModule``, ``fully_shard``          fsdp`` (2.4, 2.5); none before
+``torch.compiler.is_compiling``    2.3    ``torch._dynamo.is_compiling``
+``torch.library.register_fake``    2.4    ``impl_abstract`` (2.2, 2.3), a
+                                          ``Meta`` kernel before
+``_foreach_norm(dtype=)``          2.4    copies in ``dtype``, then the norms
+``FlopCounterMode.flop_registry``  2.2    ``flop_mapping`` (of shapes)
+CPU float16 ``aminmax``            2.2    in float32 (exact)
+=================================  =====  ==================================
+"""
+import re
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+__all__ = [
+    'TORCH_VERSION', 'torch_at_least', 'require_torch', 'dtensor_class',
+    'fsdp_module_class', 'fully_shard_api', 'is_compiling', 'register_fake',
+    'foreach_norm', 'flop_registry', 'aminmax'
+]
+
+
+def _release(version: str) -> Tuple[int, ...]:
+    match = re.match(r'\d+(\.\d+)*', version)
+    return tuple(int(p) for p in match.group(0).split('.')) if match else ()
+
+
+#: the installed torch's release, e.g. ``(2, 13, 0)``
+TORCH_VERSION = _release(torch.__version__)
+
+
+def torch_at_least(version: str) -> bool:
+    """Whether the installed torch is ``version`` or newer.
+
+    Example:
+        >>> torch_at_least('2.1')
+        True
+    """
+    need = _release(version)
+    return TORCH_VERSION[:len(need)] >= need
+
+
+def require_torch(version: str, feature: str) -> None:
+    """Raise RuntimeError naming ``feature`` and the torch it needs, where
+    the installed torch is older than ``version``.
+
+    Example:
+        >>> require_torch('2.1', 'anything')  # passes
+    """
+    if not torch_at_least(version):
+        raise RuntimeError(
+            f'{feature} needs torch >= {version} (found {torch.__version__}'
+            f'); it has no older API to fall back on. Upgrade torch, or '
+            f'leave {feature} out of the config (docs/compat.md).')
+
+
+def dtensor_class() -> type:
+    """``DTensor``: public in torch 2.5, ``torch.distributed._tensor``
+    before.
+
+    Example:
+        >>> dtensor_class().__name__
+        'DTensor'
+    """
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        from torch.distributed._tensor import DTensor
+    return DTensor
+
+
+def fsdp_module_class() -> Optional[type]:
+    """FSDP2's ``FSDPModule`` (2.6; ``torch.distributed._composable.fsdp``
+    in 2.4 and 2.5), or None where torch has no FSDP2.
+
+    Example:
+        >>> getattr(fsdp_module_class(), '__name__', None) in ('FSDPModule',
+        ...                                                     None)
+        True
+    """
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        try:
+            from torch.distributed._composable.fsdp import FSDPModule
+        except ImportError:
+            return None
+    return FSDPModule
+
+
+def fully_shard_api() -> Tuple[Callable, type]:
+    """FSDP2's ``(fully_shard, MixedPrecisionPolicy)``: public in torch
+    2.6, ``torch.distributed._composable.fsdp`` in 2.4 and 2.5; refused
+    before (RuntimeError naming the torch it needs).
+
+    Example:
+        >>> fully_shard, policy = fully_shard_api()
+        >>> fully_shard.__name__, policy.__name__
+        ('fully_shard', 'MixedPrecisionPolicy')
+    """
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:
+        require_torch('2.4', 'FSDP2 (mmstats.FullyShard)')
+        from torch.distributed._composable.fsdp import (MixedPrecisionPolicy,
+                                                        fully_shard)
+    return fully_shard, MixedPrecisionPolicy
+
+
+def is_compiling() -> bool:
+    """Whether dynamo is tracing the caller (``torch.compiler.is_compiling``
+    from 2.3, ``torch._dynamo.is_compiling`` before).
+
+    Example:
+        >>> is_compiling()
+        False
+    """
+    return _is_compiling()
+
+
+_is_compiling: Callable[[], bool] = getattr(
+    torch.compiler, 'is_compiling', None) or __import__(
+        'torch._dynamo', fromlist=['is_compiling']).is_compiling
+
+
+def register_fake(qualname: str, fn: Callable,
+                  lib: 'torch.library.Library') -> None:
+    """Register ``fn`` as the fake (meta) implementation of the op
+    ``qualname`` defined in ``lib``: ``torch.library.register_fake`` (2.4),
+    ``impl_abstract`` (2.2, 2.3), a ``Meta`` kernel before.
+
+    Example:
+        >>> lib = torch.library.Library('mmstats_doc', 'FRAGMENT')
+        >>> _ = lib.define('noop(Tensor x) -> ()')
+        >>> register_fake('mmstats_doc::noop', lambda x: None, lib)
+    """
+    new = getattr(torch.library, 'register_fake', None)
+    if new is not None:
+        new(qualname, fn, lib=lib)
+        return
+    old = getattr(torch.library, 'impl_abstract', None)
+    if old is not None:
+        old(qualname, fn, lib=lib)
+        return
+    lib.impl(qualname.split('::')[1], fn, 'Meta')
+
+
+def foreach_norm(tensors: Sequence[torch.Tensor],
+                 ord: float,
+                 dtype: Optional[torch.dtype] = None) -> List[torch.Tensor]:
+    """The ``ord``-norm of each tensor, accumulated and returned in
+    ``dtype`` (None: each tensor's own): one ``torch._foreach_norm`` (its
+    ``dtype`` argument is torch 2.4's), or the norms of ``dtype`` copies
+    before (the same numbers, one more kernel per tensor).
+
+    Example:
+        >>> [n.item() for n in foreach_norm([torch.ones(4)], 2, torch.float64)]
+        [2.0]
+    """
+    if dtype is None:
+        return torch._foreach_norm(list(tensors), ord)
+    if _FOREACH_NORM_DTYPE:
+        return torch._foreach_norm(list(tensors), ord, dtype=dtype)
+    return torch._foreach_norm([t.to(dtype) for t in tensors], ord)
+
+
+_FOREACH_NORM_DTYPE = torch_at_least('2.4')
+
+
+def flop_registry(counter: object) -> dict:
+    """The op -> formula table of a ``FlopCounterMode``, each formula
+    called as ``formula(*args, **kwargs, out_val=out)`` with the op's
+    tensors (``flop_registry`` from torch 2.2; before, ``flop_mapping``,
+    whose formulas take shapes: wrapped here).
+
+    Example:
+        >>> from torch.utils.flop_counter import FlopCounterMode
+        >>> registry = flop_registry(FlopCounterMode(display=False))
+        >>> a, b = torch.ones(2, 3), torch.ones(3, 4)
+        >>> registry[torch.ops.aten.mm](a, b, out_val=a @ b)  # 2 * 2 * 3 * 4
+        48
+    """
+    registry = getattr(counter, 'flop_registry', None)
+    if registry is not None:
+        return registry
+    return {op: _of_shapes(f) for op, f in counter.flop_mapping.items()}
+
+
+def _of_shapes(formula: Callable) -> Callable:
+    """torch 2.1's ``formula(*shapes, out_shape=)`` called with tensors."""
+    from torch.utils._pytree import tree_map
+    from torch.utils.flop_counter import get_shape
+
+    def count(*args, out_val=None, **kwargs) -> int:
+        args, kwargs, out_shape = tree_map(get_shape, (args, kwargs, out_val))
+        return formula(*args, **kwargs, out_shape=out_shape)
+
+    return count
+
+
+def aminmax(values: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``torch.aminmax``; CPU float16 in float32 where torch has no kernel
+    for it (2.1; the conversion is exact).
+
+    Example:
+        >>> [t.item() for t in aminmax(torch.tensor([3., -1., 2.]))]
+        [-1.0, 3.0]
+    """
+    if (_HALF_AMINMAX_MISSING and values.dtype == torch.float16
+            and values.device.type == 'cpu'):
+        low, high = torch.aminmax(values.float())
+        return low.half(), high.half()
+    return torch.aminmax(values)
+
+
+_HALF_AMINMAX_MISSING = not torch_at_least('2.2')

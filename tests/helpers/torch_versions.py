@@ -1,0 +1,44 @@
+"""Marks for tests of features that need a newer torch than the oldest
+mmstats supports (``mmstats/utils/torch_compat.py``, ``docs/compat.md``).
+
+Each skip names the torch it needs and why, so the version matrix's
+table (``make test-matrix``) lists the reason beside the count.
+"""
+import pytest
+
+from mmstats.utils.torch_compat import torch_at_least
+
+
+def needs_torch(version: str, why: str) -> pytest.MarkDecorator:
+    """Skip where the installed torch is older than ``version``."""
+    return pytest.mark.skipif(
+        not torch_at_least(version), reason=f'needs torch >= {version}: {why}')
+
+
+def _deepspeed_imports() -> tuple:
+    try:
+        import deepspeed  # noqa: F401
+    except Exception as exc:  # DeepSpeed raises ValueError on old torch
+        return False, f'{type(exc).__name__}: {str(exc)[:80]}'
+    return True, ''
+
+
+#: whether DeepSpeed imports here, and why not (not installed, or a torch
+#: the installed DeepSpeed does not support: requirements/deepspeed.txt)
+DEEPSPEED, NO_DEEPSPEED_WHY = _deepspeed_imports()
+#: DeepSpeed tests
+NEEDS_DEEPSPEED = pytest.mark.skipif(
+    not DEEPSPEED,
+    reason=f'needs a DeepSpeed that imports here ({NO_DEEPSPEED_WHY})')
+
+#: torch.compile tests: report() inside compiled graphs needs dynamo's
+#: set_code_exec_strategy (torch 2.7)
+COMPILE = needs_torch('2.7', 'report() inside torch.compile')
+#: AMP tests on CPU: torch.amp.GradScaler('cpu')
+CPU_GRAD_SCALER = needs_torch('2.3', "torch.amp.GradScaler('cpu')")
+#: CPU float16 aminmax (torch 2.1 computes it in float32, 2 more ops)
+HALF_AMINMAX = needs_torch('2.2', 'CPU float16 aminmax (ATen op counts)')
+#: FSDP2 (fully_shard), mmstats.FullyShard
+FSDP2 = needs_torch('2.4', 'FSDP2 (fully_shard)')
+#: the checkpoint state-dict API of mmstats' sharded strategies
+STATE_DICT_API = needs_torch('2.2', 'torch.distributed.checkpoint.state_dict')
