@@ -21,7 +21,7 @@ TEST_PATHS := tests projects/digits_demo/tests
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: install demo test test-quick test-gpu lint docs benchmark clean
+.PHONY: install demo test test-checkpoints test-quick test-gpu lint docs benchmark clean
 
 # The demo's environment: the pinned requirements first, then mmstats and
 # the demo as editable packages (their requirements are those files; no
@@ -56,10 +56,17 @@ OMP_NUM_THREADS ?= 1
 demo: $(VENV)/.installed-demo
 	OMP_NUM_THREADS=$(OMP_NUM_THREADS) $(PY) tools/train.py $(CONFIG) --work-dir $(WORK_DIR)
 
-# Everything (CI): single-process tests on $(TEST_WORKERS) workers, the
-# gloo-rank tests on one of them (one pool of ranks for the session).
+# Everything but the checkpoint matrix: single-process tests on
+# $(TEST_WORKERS) workers, the gloo-rank tests on one of them (one pool of
+# ranks for the session). The checkpoint matrix (test_checkpoints.py: 8
+# strategies x 20 two-process launches, ~4 min alone) is
+# `make test-checkpoints`; .ci/run runs both, and the ends of the version
+# matrix (`make test-ends`).
 test: install
-	$(PYTEST) $(TEST_PATHS)
+	$(PYTEST) -m "not checkpoint_matrix" $(TEST_PATHS)
+
+test-checkpoints: install
+	$(PYTEST) -m checkpoint_matrix $(TEST_PATHS)
 
 # The inner loop: single-process unit tests (no Runner, no gloo ranks, no
 # subprocesses, no torch.compile); markers set in tests/conftest.py.

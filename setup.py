@@ -53,7 +53,10 @@ setup(
     # the config fragments, where mmengine looks for ``mmstats::PATH``
     # (OpenMMLab's layout: mmstats/.mim/configs, in a clone a link to
     # configs/)
-    package_data={'mmstats': ['.mim/configs/*/*/*.py', '.mim/configs/*.md']},
+    package_data={
+        'mmstats':
+        ['.mim/model-index.yml', '.mim/configs/*/*/*.py', '.mim/configs/*.md']
+    },
     entry_points=dict(console_scripts=[
         'mmstats-train = mmstats.tools.train:main',
         'mmstats-test = mmstats.tools.test:main',

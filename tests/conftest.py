@@ -60,6 +60,8 @@ def pytest_configure(config):
         ('dist', 'runs real gloo ranks (run_distributed)'),
         ('runner', 'builds a real mmengine Runner'),
         ('slow', 'starts Python subprocesses or compiles (torch.compile)'),
+        ('checkpoint_matrix', 'the launches of test_checkpoints.py (make '
+         'test-checkpoints; not in make test)'),
     ):
         config.addinivalue_line('markers', f'{name}: {doc}')
     if os.environ['TORCHINDUCTOR_CACHE_DIR'] == INDUCTOR_CACHE:

@@ -28,6 +28,7 @@ import tests.helpers.amp  # noqa: F401  (registers CpuBf16AmpOptimWrapper)
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, read_scalars, toy_cfg
 from tests.helpers.toy import ToyBNModel, ToyDataset
+from tests.helpers.torch_versions import COMPILE, CPU_GRAD_SCALER
 
 MAX_ITERS = 7
 INTERVAL = 3
@@ -265,9 +266,9 @@ def _rank_train(rank, world, work_dir, *args):
 
 CELLS = [  # (compile, amp)
     (False, False),
-    (False, True),
-    (True, False),
-    (True, True),
+    pytest.param(False, True, marks=CPU_GRAD_SCALER),
+    pytest.param(True, False, marks=COMPILE),
+    pytest.param(True, True, marks=[COMPILE, CPU_GRAD_SCALER]),
 ]
 
 
@@ -294,7 +295,7 @@ def test_gradient_accumulation(tmp_path, clean_mmengine):
     _check([_train(tmp_path, False, False, accumulate=2)], accumulate=2)
 
 
-@pytest.mark.parametrize('compiled', [False, True])
+@pytest.mark.parametrize('compiled', [False, pytest.param(True, marks=COMPILE)])
 def test_activation_checkpointing_counts_each_output_once(
         tmp_path, clean_mmengine, compiled):
     if compiled:

@@ -498,6 +498,16 @@ BUGS = [
         "    if not has_hook(cfg, 'RandomStateHook'):", '    if False:',
         ('tests/test_integrations/test_checkpoints.py::'
          'test_resume_continues_the_run_exactly[ddp]', )),
+    Bug('TC1', "torch 2.1's unhooked optimizer step taken as hooked "
+        '(ModuleStatsHook would see no step, silently)',
+        'mmstats/utils/torch_compat.py',
+        "    if getattr(class_step, '__code__', None) is probe.__code__:",
+        '    if True:', ('tests/test_utils/test_torch_compat.py', )),
+    Bug('TC2', 'the float64 norms of an old torch taken in the input dtype',
+        'mmstats/utils/torch_compat.py',
+        '    return torch._foreach_norm([t.to(dtype) for t in tensors], ord)',
+        '    return torch._foreach_norm(list(tensors), ord)',
+        ('tests/test_utils/test_torch_compat.py', )),
 ]
 
 

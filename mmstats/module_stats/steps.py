@@ -34,7 +34,7 @@ from torch import Tensor
 
 from mmstats.health import NonfiniteWatch
 from mmstats.sharding import ParamPart, sum_squares
-from mmstats.utils.torch_compat import foreach_norm
+from mmstats.utils.torch_compat import foreach_norm, register_step_hooks
 from .optimizer_state import MOMENT_ROWS, moment_sums
 
 __all__ = ['StepProbe', 'build_step_probes', 'deepspeed_readable']
@@ -150,12 +150,10 @@ class StepProbe:
         ``_clip_grad`` (gradients are read before clipping)."""
         optim_wrapper = self.optim_wrapper
         optimizer = optim_wrapper.optimizer
-        self._handles = [] if self.engine is not None else [
-            optimizer.register_step_pre_hook(
-                torch.compiler.disable(self._pre_step)),
-            optimizer.register_step_post_hook(
-                torch.compiler.disable(self._post_step)),
-        ]
+        self._handles = [] if self.engine is not None else (
+            register_step_hooks(optimizer,
+                                torch.compiler.disable(self._pre_step),
+                                torch.compiler.disable(self._post_step)))
         self._step = None
         self._own_step = False  # step was an attribute of the wrapper
         if self.engine is not None:  # ZeRO optimizers have no step hooks

@@ -1,8 +1,11 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """FSDPStrategy: mmengine's FSDP1 strategy with checkpoints that resume."""
+from typing import Any
+
 from mmengine._strategy import FSDPStrategy as MMEngineFSDPStrategy
 
 from mmstats.registry import STRATEGIES
+from mmstats.utils.torch_compat import require_torch
 from .state_dicts import ShardedCheckpointing
 
 __all__ = ['FSDPStrategy']
@@ -37,6 +40,13 @@ class FSDPStrategy(ShardedCheckpointing, MMEngineFSDPStrategy):
         >>> STRATEGIES.get('FSDPStrategy') is FSDPStrategy
         True
     """
+
+    def __init__(self, **kwargs: Any) -> None:
+        require_torch(
+            '2.2', 'mmstats.FSDPStrategy (torch.distributed.checkpoint.'
+            "state_dict; mmengine's own FSDPStrategy trains there, without "
+            'resume)')
+        super().__init__(**kwargs)
 
     @property
     def full_state_dict(self) -> bool:  # type: ignore[override]

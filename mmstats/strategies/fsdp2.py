@@ -8,6 +8,7 @@ from mmengine.device import get_device
 from mmengine.registry import MODEL_WRAPPERS
 from torch import nn
 
+from mmstats.utils.torch_compat import require_torch
 from mmstats.registry import STRATEGIES
 from .state_dicts import ShardedCheckpointing
 
@@ -50,6 +51,7 @@ class FSDP2Strategy(ShardedCheckpointing, DDPStrategy):
                  model_wrapper: Optional[dict] = None,
                  state_dict_cfg: str = 'full',
                  **kwargs: Any) -> None:
+        require_torch('2.4', 'mmstats.FSDP2Strategy (fully_shard)')
         if state_dict_cfg not in STATE_DICT_CFGS:
             raise ValueError(
                 f'FSDP2Strategy: state_dict_cfg must be one of '

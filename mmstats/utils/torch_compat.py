@@ -19,16 +19,19 @@ API                                torch  older torch
 ``_foreach_norm(dtype=)``          2.4    copies in ``dtype``, then the norms
 ``FlopCounterMode.flop_registry``  2.2    ``flop_mapping`` (of shapes)
 CPU float16 ``aminmax``            2.2    in float32 (exact)
+optimizer step hooks after         2.2    the instance's ``step`` wrapped
+``import deepspeed``
 =================================  =====  ==================================
 """
 import re
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
 __all__ = [
     'TORCH_VERSION', 'torch_at_least', 'require_torch', 'dtensor_class',
-    'fsdp_module_class', 'fully_shard_api', 'is_compiling', 'register_fake',
+    'fsdp_module_class', 'fully_shard_api', 'register_step_hooks',
+    'is_compiling', 'register_fake',
     'foreach_norm', 'flop_registry', 'aminmax'
 ]
 
@@ -118,6 +121,69 @@ def fully_shard_api() -> Tuple[Callable, type]:
         from torch.distributed._composable.fsdp import (MixedPrecisionPolicy,
                                                         fully_shard)
     return fully_shard, MixedPrecisionPolicy
+
+
+def register_step_hooks(optimizer: torch.optim.Optimizer, pre: Callable,
+                        post: Callable) -> List[Any]:
+    """``optimizer.register_step_pre_hook(pre)`` and
+    ``register_step_post_hook(post)``; their handles.
+
+    Where the optimizer's class ``step`` runs no hooks, the instance's
+    ``step`` is wrapped instead (the same calls, the same skipping under
+    GradScaler, which calls ``optimizer.step`` only for a finite step): torch
+    2.1 patches a class's ``step`` with its hook runner once, marked
+    ``hooked``, and after ``import deepspeed`` (0.18) the class's ``step`` is
+    an unpatched function that carries the mark, so registered hooks never
+    run, silently.
+
+    Example:
+        >>> model = torch.nn.Linear(2, 1)
+        >>> sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> calls = []
+        >>> handles = register_step_hooks(sgd, lambda *a: calls.append('pre'),
+        ...                               lambda *a: calls.append('post'))
+        >>> model(torch.ones(2)).sum().backward()
+        >>> sgd.step()
+        >>> calls
+        ['pre', 'post']
+        >>> for handle in handles:
+        ...     handle.remove()
+    """
+    probe = torch.optim.Optimizer.profile_hook_step(lambda *a, **k: None)
+    class_step = getattr(type(optimizer), 'step', None)
+    if getattr(class_step, '__code__', None) is probe.__code__:
+        return [
+            optimizer.register_step_pre_hook(pre),
+            optimizer.register_step_post_hook(post)
+        ]
+    return [_StepWrapper(optimizer, pre, post)]
+
+
+class _StepWrapper:
+    """``optimizer.step`` wrapped with ``pre`` and ``post`` until
+    :meth:`remove` (what was there before comes back)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, pre: Callable,
+                 post: Callable) -> None:
+        import functools
+        self.optimizer = optimizer
+        self.own = vars(optimizer).get('step')  # e.g. a scheduler's wrap
+        step = optimizer.step
+
+        @functools.wraps(step)  # keeps the marks schedulers look for
+        def hooked(*args, **kwargs):
+            pre(optimizer, args, kwargs)
+            out = step(*args, **kwargs)
+            post(optimizer, args, kwargs)
+            return out
+
+        optimizer.step = hooked
+
+    def remove(self) -> None:
+        if self.own is not None:
+            self.optimizer.step = self.own
+        else:
+            vars(self.optimizer).pop('step', None)
 
 
 def is_compiling() -> bool:

@@ -180,6 +180,9 @@ def full_weights(path: str) -> dict:
 
 # the runs of one cell share its fixture: one xdist worker runs them
 CHECKPOINTS = pytest.mark.xdist_group('checkpoints')
+# 20 launches and 8 evaluations, ~230 s on 2 cores: `make test-checkpoints`
+# (.ci/run runs it after `make test`)
+pytestmark = pytest.mark.checkpoint_matrix
 
 # what each cell's launch builds: strategy, wrapper (or a base class), ZeRO
 BUILT = {

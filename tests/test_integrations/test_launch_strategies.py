@@ -250,3 +250,15 @@ def test_a_refused_launch_says_why_once_before_training(tmp_path):
     assert text.count('tools/train.py: error: strategy=DDPStrategy') == 1
     assert "Use strategy=dict(type='mmstats.FSDP2Strategy'" in text
     assert 'Epoch(train)' not in text
+
+
+def test_the_launcher_resolves_mmstats_fragments(tmp_path):
+    """``_base_ = ['mmstats::_base_/strategies/X.py']`` through the
+    launcher's ``build_config`` (the wheel's copy: test_packaging.py)."""
+    train = load_tool('train')
+    child = tmp_path / 'child.py'
+    child.write_text(f"_base_ = [{DEMO!r}, "
+                     "'mmstats::_base_/strategies/fsdp2.py']\n")
+    cfg = train.build_config(train.parse_args([str(child)]))
+    assert cfg.strategy.type == 'mmstats.FSDP2Strategy'
+    assert cfg.runner_type == 'FlexibleRunner'

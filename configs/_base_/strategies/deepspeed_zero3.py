@@ -1,6 +1,6 @@
 # FlexibleRunner + DeepSpeed ZeRO-3 through mmstats.DeepSpeedStrategy
 # (mmengine's, whose ZeRO-3 checkpoints also evaluate: docs/checkpoints.md;
-# deepspeed <= 0.19.6 with mmengine 0.10.7: `pip install -e '.[deepspeed]'`).
+# deepspeed <= 0.18.6: `pip install 'mmengine-stats[deepspeed]'`, docs/compat.md).
 # Inherit it beside your full
 # config; it sets only the runner and the strategy. tools/train.py /
 # dist_train.sh turn your optim_wrapper into a DeepSpeedOptimWrapper (its
