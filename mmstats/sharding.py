@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from mmstats.dist import get_rank, get_world_size
 from mmstats.utils.torch_compat import (dtensor_class, foreach_norm,
-                                        fsdp_module_class)
+                                        fsdp_module_class, require_torch)
 
 __all__ = [
     'ParamPart', 'ParamLayout', 'sum_squares', 'segment_sum', 'is_sharded',
@@ -317,6 +317,7 @@ class ParamLayout:
         kinds = set()
         for unit in model.modules():
             if isinstance(unit, FullyShardedDataParallel):
+                _require_fsdp1()
                 kinds.add('fsdp')
                 parts += _fsdp1_parts(unit, rank, seen)
         plain = []
@@ -426,10 +427,19 @@ def is_sharded(model: nn.Module) -> bool:
     if not isinstance(model, nn.Module):  # mmengine's DeepSpeed wrapper
         model = model.module
     if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+        _require_fsdp1()
         return True
     return any(
         isinstance(p, DTensor) or hasattr(p, 'ds_tensor')
         for p in model.parameters())
+
+
+def _require_fsdp1() -> None:
+    """Refuse an FSDP1 model below torch 2.2 (RuntimeError naming it):
+    torch 2.1's FSDP fails its lazy initialisation in a forward that is
+    not the training's (PreciseBNHook's), and mmstats' FSDP1 checkpoints
+    need ``torch.distributed.checkpoint.state_dict`` (2.2)."""
+    require_torch('2.2', "mmstats' hooks on an FSDP1 model")
 
 
 def unwrap_model(model: Any) -> nn.Module:

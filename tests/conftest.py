@@ -40,6 +40,7 @@ from tests.helpers.compile_cache import (close_cache, open_cache,
                                          suite_cache_dir)
 from tests.helpers.loader_workers import stop_loader_workers
 from tests.helpers.runner import clear_mmengine_singletons
+from tests.helpers.torch_versions import BY_NODE_ID as NEEDS_NEWER_TORCH
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 INDUCTOR_CACHE = suite_cache_dir()
@@ -137,6 +138,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker('slow')
         if item.get_closest_marker('dist') is not None:
             item.add_marker(pytest.mark.xdist_group('dist'))
+        for pattern, mark in NEEDS_NEWER_TORCH:
+            if pattern in item.nodeid:
+                item.add_marker(mark)
     if getattr(config.option, 'loadgroup', False):  # an xdist worker
         for item in items:
             _name_the_group(item)

@@ -73,6 +73,8 @@ def _binaries(cache):
         for name in names if name.endswith('.so'))
 
 
+@needs_torch('2.3',
+             'the same result from a recompile (2.1: 21.46353 vs 21.46354)')
 def test_a_zero_byte_so_from_a_killed_compile_is_removed(tmp_path):
     cache = str(tmp_path / 'inductor')
     _seed_cpu_probes(cache)

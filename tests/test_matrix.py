@@ -25,10 +25,11 @@ from mmengine.runner import Runner
 from torch.utils.checkpoint import checkpoint
 
 import tests.helpers.amp  # noqa: F401  (registers CpuBf16AmpOptimWrapper)
+from mmstats.utils.torch_compat import register_step_hooks
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, read_scalars, toy_cfg
-from tests.helpers.toy import ToyBNModel, ToyDataset
 from tests.helpers.torch_versions import COMPILE, CPU_GRAD_SCALER
+from tests.helpers.toy import ToyBNModel, ToyDataset
 
 MAX_ITERS = 7
 INTERVAL = 3
@@ -104,8 +105,8 @@ class MatrixRecorderHook(Hook):
             module.register_forward_hook(lambda m, a, out, acts=self.acts[key]:
                                          _keep(self, acts, runner, out))
         optimizer = runner.optim_wrapper.optimizer
-        optimizer.register_step_pre_hook(lambda *_: self._pre(runner))
-        optimizer.register_step_post_hook(lambda *_: self._post(runner))
+        register_step_hooks(optimizer, lambda *_: self._pre(runner),
+                            lambda *_: self._post(runner))
 
     def _params(self):
         return [p.detach().double() for p in self.head.parameters()]
@@ -295,7 +296,8 @@ def test_gradient_accumulation(tmp_path, clean_mmengine):
     _check([_train(tmp_path, False, False, accumulate=2)], accumulate=2)
 
 
-@pytest.mark.parametrize('compiled', [False, pytest.param(True, marks=COMPILE)])
+@pytest.mark.parametrize('compiled',
+                         [False, pytest.param(True, marks=COMPILE)])
 def test_activation_checkpointing_counts_each_output_once(
         tmp_path, clean_mmengine, compiled):
     if compiled:

@@ -22,8 +22,9 @@ def test_users_can_register_the_demo_names_after_importing_mmstats():
         import mmengine.runner  # noqa: F401  (torch adds DTensor globals)
         import mmengine.registry as root
         import torch
+        safe_globals = getattr(torch.serialization, 'get_safe_globals', list)
         from mmengine.logging import HistoryBuffer
-        safe_before = list(torch.serialization.get_safe_globals())
+        safe_before = list(safe_globals())
         root.HOOKS.build(dict(type='mmstats.StatsCollectorHook'))
         import mmstats  # noqa: F401
         names = dict(MODELS=['ImageClassifier', 'ResNetMini',
@@ -35,7 +36,7 @@ def test_users_can_register_the_demo_names_after_importing_mmstats():
             for name in classes:
                 getattr(root, registry).register_module(
                     module=type(name, (), {}))
-        safe_after = torch.serialization.get_safe_globals()
+        safe_after = safe_globals()
         # torch registers its own classes when mmstats imports a torch
         # submodule (torch.compiler -> _dynamo, nested tensors): allowed;
         # anything from another package is not

@@ -43,6 +43,8 @@ from mmengine.registry import MODELS
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from mmstats.utils.torch_compat import (dtensor_class, fsdp_module_class,
+                                        register_step_hooks)
 from tests.helpers.dist import run_distributed
 from tests.helpers.flexible import flexible_cfg, use_strategy
 from tests.helpers.runner import read_scalars
@@ -124,7 +126,7 @@ class ShardToyModel(ToyBNModel):
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
+    DTensor = dtensor_class()
     if isinstance(tensor, DTensor):
         tensor = tensor.full_tensor()
     return tensor.detach().double().flatten().clone()
@@ -164,8 +166,8 @@ class FullTensorRecorder(Hook):
             wrapper.step = wrapped
             return
         optimizer = wrapper.optimizer
-        optimizer.register_step_pre_hook(lambda *_: self._pre(runner))
-        optimizer.register_step_post_hook(lambda *_: self._post(runner))
+        register_step_hooks(optimizer, lambda *_: self._pre(runner),
+                            lambda *_: self._post(runner))
 
     @torch.compiler.disable
     def _act(self, runner, name, module, args, output) -> None:
@@ -320,7 +322,7 @@ def _summary(recorder: FullTensorRecorder) -> dict:
 def _sharded_state(model) -> list:
     """Per FSDP unit / DTensor parameter: whether it is sharded now."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.tensor import DTensor
+    DTensor = dtensor_class()
     states = []
     for module in model.modules():
         if isinstance(module, FSDP) and module._handle is not None:
@@ -328,7 +330,7 @@ def _sharded_state(model) -> list:
             states.append(flat.data_ptr() == flat._local_shard.data_ptr()
                           and (flat.numel() < sum(flat._numels)
                                or not module._handle.uses_sharded_strategy))
-    from torch.distributed.fsdp import FSDPModule
+    FSDPModule = fsdp_module_class()
     if isinstance(model, FSDPModule):  # unsharded: plain tensors
         states += [isinstance(p, DTensor) for p in model.parameters()]
     # DeepSpeed ZeRO-3: a released parameter holds no data

@@ -15,6 +15,7 @@ import pytest
 import torch
 from mmengine.hooks import Hook
 
+from mmstats.utils.torch_compat import register_step_hooks
 from tests.helpers.dist import run_distributed
 from tests.helpers.flexible import use_strategy
 from tests.helpers.runner import read_scalars
@@ -55,8 +56,8 @@ class FullStateRecorder(Hook):
 
     def before_train(self, runner):
         optimizer = runner.optim_wrapper.optimizer
-        optimizer.register_step_post_hook(
-            lambda *_: self._record(runner, optimizer))
+        register_step_hooks(optimizer, lambda *_: None,
+                            lambda *_: self._record(runner, optimizer))
 
     def _record(self, runner, optimizer):
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP

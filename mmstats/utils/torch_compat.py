@@ -24,6 +24,7 @@ optimizer step hooks after         2.2    the instance's ``step`` wrapped
 =================================  =====  ==================================
 """
 import re
+import sys
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -186,20 +187,18 @@ class _StepWrapper:
             vars(self.optimizer).pop('step', None)
 
 
-def is_compiling() -> bool:
-    """Whether dynamo is tracing the caller (``torch.compiler.is_compiling``
-    from 2.3, ``torch._dynamo.is_compiling`` before).
-
-    Example:
-        >>> is_compiling()
-        False
-    """
-    return _is_compiling()
+def _is_compiling_before_2_3() -> bool:
+    """torch < 2.3: ``torch._dynamo.is_compiling()``, without importing
+    dynamo (nothing traces before it is imported)."""
+    dynamo = sys.modules.get('torch._dynamo')
+    return dynamo is not None and dynamo.is_compiling()
 
 
-_is_compiling: Callable[[], bool] = getattr(
-    torch.compiler, 'is_compiling', None) or __import__(
-        'torch._dynamo', fromlist=['is_compiling']).is_compiling
+#: whether dynamo is tracing the caller: ``torch.compiler.is_compiling``
+#: (2.3; bound directly, the hot path of ``report()``), before it
+#: ``torch._dynamo.is_compiling`` once dynamo is imported
+is_compiling: Callable[[], bool] = getattr(
+    torch.compiler, 'is_compiling', None) or _is_compiling_before_2_3
 
 
 def register_fake(qualname: str, fn: Callable,

@@ -326,3 +326,11 @@ class CountGraphs(Hook):
         self.graphs[runner.iter + 1] = counters['stats']['unique_graphs']
         if runner.iter + 1 == self.warmup:
             torch._dynamo.config.error_on_recompile = True
+
+
+def step_hooks(optimizer: torch.optim.Optimizer) -> int:
+    """How many step interceptions ``optimizer`` has: its step pre hooks,
+    or the wrap of its ``step`` that replaces them where the class's
+    ``step`` runs no hooks (torch 2.1, ``register_step_hooks``)."""
+    wrapped = getattr(vars(optimizer).get('step'), '__wrapped__', None)
+    return len(optimizer._optimizer_step_pre_hooks) + (wrapped is not None)

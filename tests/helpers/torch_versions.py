@@ -42,3 +42,35 @@ HALF_AMINMAX = needs_torch('2.2', 'CPU float16 aminmax (ATen op counts)')
 FSDP2 = needs_torch('2.4', 'FSDP2 (fully_shard)')
 #: the checkpoint state-dict API of mmstats' sharded strategies
 STATE_DICT_API = needs_torch('2.2', 'torch.distributed.checkpoint.state_dict')
+#: FSDP1 under the hooks: torch 2.1's FSDP fails its lazy init in a
+#: forward under no_grad before the first training step
+FSDP1 = needs_torch('2.2', "FSDP1 (torch 2.1's lazy init)")
+
+#: the tests of features an older torch lacks, by node id (a substring),
+#: marked in tests/conftest.py: every skip names the torch it needs
+BY_NODE_ID = (
+    ('tests/test_stats/test_report_compile.py::', COMPILE),
+    ('tests/test_stats/test_report_compile_dist.py::', COMPILE),
+    ('tests/test_stats/test_report_in_graph.py::', COMPILE),
+    ('test_module_stats_hook.py::test_compile_', COMPILE),
+    ('test_module_stats_hook.py::test_amp_overflow_and_huge_loss_scale[True]',
+     COMPILE),
+    ('test_module_stats_hook.py::test_amp_overflow_and_huge_loss_scale',
+     CPU_GRAD_SCALER),
+    ('test_nonfinite_origin.py::test_watch_finds_the_planted_nan[dynamo]',
+     COMPILE),
+    ('test_nonfinite_origin.py::test_watch_finds_the_planted_nan[inductor]',
+     COMPILE),
+    ('test_nonfinite_origin.py::test_without_watch', COMPILE),
+    ('test_nonfinite_origin.py::test_planted_on_the_instrumented', COMPILE),
+    ('test_nonfinite_origin_dist.py::test_two_ranks_raise_the_same_text['
+     'dynamo]', COMPILE),
+    ('test_throughput_runners.py::test_compiled_training_stays_compiled',
+     COMPILE),
+    ('-compile]', COMPILE),
+    ('[fsdp2', FSDP2),
+    ('-fsdp2', FSDP2),
+    ('test_sharded_checkpointing.py::test_fsdp2', FSDP2),
+    ('test_sharded_checkpointing.py::test_a_rank_shard', FSDP2),
+    ('[fsdp', FSDP1),
+)

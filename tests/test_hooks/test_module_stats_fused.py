@@ -13,6 +13,7 @@ from mmengine.registry import HOOKS as ROOT_HOOKS
 from mmengine.runner import Runner
 
 import tests.helpers.amp  # noqa: F401  (registers CpuBf16AmpOptimWrapper)
+from mmstats.utils.torch_compat import register_step_hooks
 from tests.helpers.runner import read_scalars, toy_cfg
 from tests.helpers.torch_versions import CPU_GRAD_SCALER
 
@@ -49,7 +50,7 @@ class UnscaledGradNormHook(Hook):
             scale = 1. if state is OptState.UNSCALED else scaler.get_scale()
             self.norms[runner.iter] = float(grads.norm()) / scale
 
-        optimizer.register_step_pre_hook(pre)
+        register_step_hooks(optimizer, pre, lambda *_: None)
 
 
 @pytest.mark.parametrize('optimizer, fused', [('SGD', True), ('Adam', True),

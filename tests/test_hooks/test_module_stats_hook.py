@@ -20,7 +20,7 @@ from mmstats.sharding import sum_squares
 from tests.helpers.dist import run_distributed
 from tests.helpers.module_stats import (MODULES, NAMES, CountGraphs, Overflow,
                                         check, norm, one_rank, scalars,
-                                        step_record, train)
+                                        step_hooks, step_record, train)
 from tests.helpers.runner import clear_mmengine_singletons, toy_cfg
 
 
@@ -222,7 +222,7 @@ def test_hooks_registered_once_and_armed_only_when_published():
     for batch_idx in range(23):
         assert len(model[0]._forward_hooks) == len(model[2]._forward_hooks)
         assert len(model[0]._forward_hooks) == 1
-        assert len(optimizer._optimizer_step_pre_hooks) == 1
+        assert step_hooks(optimizer) == 1
         hook.before_train_iter(runner, batch_idx)
         runner.optim_wrapper.update_params(model(torch.randn(4, 3)).sum())
         hook.after_train_iter(runner, batch_idx)
@@ -235,8 +235,7 @@ def test_hooks_registered_once_and_armed_only_when_published():
     assert published == [9, 19, 22]
     hook.after_train(runner)
     assert not model[0]._forward_hooks and not model[2]._forward_hooks
-    assert not optimizer._optimizer_step_pre_hooks
-    assert not optimizer._optimizer_step_post_hooks
+    assert step_hooks(optimizer) == 0
 
 
 def test_optim_wrapper_dict_one_pair_of_hooks_per_optimizer():
@@ -251,10 +250,8 @@ def test_optim_wrapper_dict_one_pair_of_hooks_per_optimizer():
     hook = ModuleStatsHook(modules=r'0|2', stats=('grad_norm', ))
     hook.before_run(runner)
     hook.before_train(runner)
-    assert [
-        len(w.optimizer._optimizer_step_pre_hooks)
-        for w in runner.optim_wrapper.values()
-    ] == [1, 1]
+    assert [step_hooks(w.optimizer)
+            for w in runner.optim_wrapper.values()] == [1, 1]
     collector = Collector('modules/.*', keep_previous=False)
     hook.before_train_iter(runner, 9)
     loss = model(torch.randn(4, 3)).square().sum()
@@ -365,7 +362,7 @@ def test_stats_subset():
     hook = ModuleStatsHook(modules='0', stats=('act', ))
     hook.before_run(runner)
     hook.before_train(runner)  # no AMP: nothing to take at the steps
-    assert not runner.optim_wrapper.optimizer._optimizer_step_pre_hooks
+    assert step_hooks(runner.optim_wrapper.optimizer) == 0
     assert len(model[0]._forward_hooks) == 1
     with pytest.raises(ValueError, match='stats must be'):
         ModuleStatsHook(modules='0', stats=('act', 'typo'))

@@ -15,6 +15,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from mmstats import ModuleStatsHook
+from mmstats.utils.torch_compat import register_step_hooks
 from tests.helpers.dist import run_distributed
 from tests.helpers.module_stats import (NAMES, module_stats_cfg, named_targets,
                                         scalars)
@@ -51,8 +52,8 @@ class StateRecorder(Hook):
     def before_train(self, runner):
         self.modules = named_targets(runner, self.freeze)
         optimizer = runner.optim_wrapper.optimizer
-        optimizer.register_step_post_hook(
-            lambda *_: self._record(runner, optimizer))
+        register_step_hooks(optimizer, lambda *_: None,
+                            lambda *_: self._record(runner, optimizer))
 
     def _record(self, runner, optimizer):
         record = {}

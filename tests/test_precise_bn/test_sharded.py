@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from mmstats.precise_bn import update_bn_stats
+from mmstats.utils.torch_compat import fully_shard_api
 from tests.helpers.dist import run_distributed
 from .refs import assert_stats, bn_inputs, make_batches
 
@@ -52,7 +53,7 @@ def _shard(model: nn.Module, kind: str) -> nn.Module:
         from torch.distributed.fsdp import FullyShardedDataParallel
         return FullyShardedDataParallel(
             model, device_id=torch.device('cpu'), use_orig_params=True)
-    from torch.distributed.fsdp import fully_shard
+    fully_shard = fully_shard_api()[0]
     fully_shard(model.block1)
     fully_shard(model.block2)
     fully_shard(model)

@@ -103,7 +103,12 @@ def test_fsdp2_checkpoint_holds_and_restores_the_full_model(
 
 def _refuses_a_shard(rank, world_size):
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    try:
+        from torch.distributed.tensor import (Replicate, Shard,
+                                              distribute_tensor)
+    except ImportError:  # torch < 2.5
+        from torch.distributed._tensor import (Replicate, Shard,
+                                               distribute_tensor)
 
     from mmstats.strategies import refuse_partial_tensors
     mesh = init_device_mesh('cpu', (world_size, ))

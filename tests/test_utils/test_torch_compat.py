@@ -10,15 +10,23 @@ from mmstats.utils.torch_compat import (aminmax, flop_registry, foreach_norm,
                                         require_torch, torch_at_least)
 
 
-class UnhookedSGD(torch.optim.SGD):
-    """An optimizer whose class ``step`` runs no step hooks although it is
-    marked as patched: torch 2.1's after ``import deepspeed``."""
+class UnhookedSGD(torch.optim.Optimizer):
+    """Plain SGD whose class ``step`` runs no step hooks although it is
+    marked as patched: what torch 2.1's optimizers are after ``import
+    deepspeed``."""
 
+    def __init__(self, params, lr: float) -> None:
+        super().__init__(params, dict(lr=lr))
+
+    @torch.no_grad()
     def step(self, closure=None):
-        return torch.optim.SGD.step.__wrapped__(self, closure)
+        for group in self.param_groups:
+            for p in group['params']:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group['lr'])
 
 
-UnhookedSGD.step.hooked = True
+UnhookedSGD.step.hooked = True  # torch's mark: "patched already"
 
 
 def _step_once(optimizer, model):
@@ -59,8 +67,7 @@ def test_the_wrapped_step_keeps_a_schedulers_wrap_and_restores_it():
     with_counter._with_counter = True
     optimizer.step = with_counter
     calls = []
-    [handle] = register_step_hooks(optimizer,
-                                   lambda *a: calls.append('pre'),
+    [handle] = register_step_hooks(optimizer, lambda *a: calls.append('pre'),
                                    lambda *a: calls.append('post'))
     assert optimizer.step._with_counter  # the mark schedulers check
     _step_once(optimizer, model)
@@ -92,14 +99,15 @@ def test_torch_2_1_flop_formulas_of_shapes_are_called_with_tensors():
     class Torch21Counter:  # FlopCounterMode before 2.2: formulas of shapes
         flop_mapping = {
             torch.ops.aten.mm:
-            lambda a_shape, b_shape, out_shape=None: (a_shape, b_shape,
-                                                      out_shape)
+            lambda a_shape, b_shape, out_shape=None:
+            (a_shape, b_shape, out_shape)
         }
 
     registry = flop_registry(Torch21Counter())
     a, b = torch.ones(2, 3), torch.ones(3, 4)
-    assert registry[torch.ops.aten.mm](a, b, out_val=a @ b) == (
-        torch.Size([2, 3]), torch.Size([3, 4]), torch.Size([2, 4]))
+    assert registry[torch.ops.aten.mm](
+        a, b, out_val=a @ b) == (torch.Size([2, 3]), torch.Size([3, 4]),
+                                 torch.Size([2, 4]))
 
 
 def test_a_fake_kernel_without_register_fake(monkeypatch):
@@ -110,16 +118,15 @@ def test_a_fake_kernel_without_register_fake(monkeypatch):
     lib.impl('double', lambda x: x * 2, 'CPU')
     register_fake('mmstats_compat_test::double', lambda x: torch.empty_like(x),
                   lib)
-    assert torch.ops.mmstats_compat_test.double(torch.ones(2)).tolist() == [
-        2., 2.
-    ]
+    assert torch.ops.mmstats_compat_test.double(
+        torch.ones(2)).tolist() == [2., 2.]
     meta = torch.ops.mmstats_compat_test.double(torch.ones(2, device='meta'))
     assert meta.device.type == 'meta' and meta.shape == (2, )
 
 
 def test_a_feature_refuses_naming_the_torch_it_needs():
     require_torch('2.1', 'anything')
-    with pytest.raises(RuntimeError,
-                       match=r'FSDP2 needs torch >= 99\.0 \(found '):
+    with pytest.raises(
+            RuntimeError, match=r'FSDP2 needs torch >= 99\.0 \(found '):
         require_torch('99.0', 'FSDP2')
     assert torch_at_least('2.1') and not torch_at_least('99')
