@@ -498,7 +498,8 @@ BUGS = [
         "    if not has_hook(cfg, 'RandomStateHook'):", '    if False:',
         ('tests/test_integrations/test_checkpoints.py::'
          'test_resume_continues_the_run_exactly[ddp]', )),
-    Bug('TC1', "torch 2.1's unhooked optimizer step taken as hooked "
+    Bug(
+        'TC1', "torch 2.1's unhooked optimizer step taken as hooked "
         '(ModuleStatsHook would see no step, silently)',
         'mmstats/utils/torch_compat.py',
         "    if getattr(class_step, '__code__', None) is probe.__code__:",

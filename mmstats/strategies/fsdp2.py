@@ -8,8 +8,8 @@ from mmengine.device import get_device
 from mmengine.registry import MODEL_WRAPPERS
 from torch import nn
 
-from mmstats.utils.torch_compat import require_torch
 from mmstats.registry import STRATEGIES
+from mmstats.utils.torch_compat import require_torch
 from .state_dicts import ShardedCheckpointing
 
 __all__ = ['FSDP2Strategy']

@@ -32,8 +32,7 @@ import torch
 __all__ = [
     'TORCH_VERSION', 'torch_at_least', 'require_torch', 'dtensor_class',
     'fsdp_module_class', 'fully_shard_api', 'register_step_hooks',
-    'is_compiling', 'register_fake',
-    'foreach_norm', 'flop_registry', 'aminmax'
+    'is_compiling', 'register_fake', 'foreach_norm', 'flop_registry', 'aminmax'
 ]
 
 
@@ -197,8 +196,8 @@ def _is_compiling_before_2_3() -> bool:
 #: whether dynamo is tracing the caller: ``torch.compiler.is_compiling``
 #: (2.3; bound directly, the hot path of ``report()``), before it
 #: ``torch._dynamo.is_compiling`` once dynamo is imported
-is_compiling: Callable[[], bool] = getattr(
-    torch.compiler, 'is_compiling', None) or _is_compiling_before_2_3
+is_compiling: Callable[[], bool] = getattr(torch.compiler, 'is_compiling',
+                                           None) or _is_compiling_before_2_3
 
 
 def register_fake(qualname: str, fn: Callable,
