@@ -9,7 +9,7 @@ import mmengine.runner  # noqa: F401  (see below)
 import pytest
 
 import mmstats
-from mmstats.utils.torch_compat import torch_at_least
+from mmstats.utils.torch_compat import COMPILED_OPS, torch_at_least
 
 # mmengine.runner is imported before the examples run: an installed
 # DeepSpeed, which it imports, logs a line to stdout that must not fall
@@ -26,8 +26,8 @@ MODULES = sorted('.'.join(p.relative_to(ROOT.parent).with_suffix('').parts)
 #: examples of features that need a newer torch than the oldest supported
 #: (mmstats/utils/torch_compat.py): run where torch has them
 NEEDS_TORCH = {
-    'mmstats.stats.reporting.enable_compile_support': '2.7',
-    'mmstats.stats.reporting.report_traced': '2.7',
+    'mmstats.stats.reporting.enable_compile_support': COMPILED_OPS,
+    'mmstats.stats.reporting.report_traced': COMPILED_OPS,
     'mmstats.utils.torch_compat.fully_shard_api': '2.4',
 }
 

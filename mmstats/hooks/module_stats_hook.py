@@ -31,6 +31,7 @@ from mmstats.stats import report
 from mmstats.utils.args import (check_bool, check_keywords, check_names,
                                 check_str, compile_regex,
                                 refuse_second_instance, unmatched_alternatives)
+from mmstats.utils.torch_compat import COMPILED_OPS, require_torch
 from .interfaces import (NonfiniteOriginSource, StatisticsPublisher,
                          find_publisher)
 from .schedule import PublicationSchedule, last_step_before_publication
@@ -207,6 +208,10 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource):
         """Find the target modules; register the
         forward and optimizer step hooks (before ``compile=True`` compiles
         ``train_step``), disarmed."""
+        if runner.cfg.get('compile'):
+            require_torch(
+                COMPILED_OPS, 'ModuleStatsHook under compile=True (its '
+                'probes are custom ops inside the compiled graph)')
         self.remove()  # a second runner.train()
         self._warned_unseen = set()
         model = unwrap_model(runner.model)

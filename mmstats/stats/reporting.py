@@ -50,8 +50,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 from mmengine.dist import get_rank
 
-from mmstats.utils.torch_compat import (is_compiling, register_fake,
-                                        require_torch)
+from mmstats.utils.torch_compat import (COMPILED_OPS, is_compiling,
+                                        register_fake, require_torch)
 from .moments import reduce_in_graph
 from .pending import (Flush, PendingSketches, PendingStore, RootStore,
                       name_error)
@@ -237,7 +237,7 @@ class Reporter:
         imports dynamo): see :func:`enable_compile_support`."""
         if self.compiled_report is not None:
             return
-        require_torch('2.7', 'report() inside torch.compile')
+        require_torch(COMPILED_OPS, 'report() inside torch.compile')
         from torch._dynamo.eval_frame import set_code_exec_strategy
         from torch._dynamo.types import FrameAction, FrameExecStrategy
         from torch.fx.node import has_side_effect

@@ -30,9 +30,10 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 
 __all__ = [
-    'TORCH_VERSION', 'torch_at_least', 'require_torch', 'dtensor_class',
-    'fsdp_module_class', 'fully_shard_api', 'register_step_hooks',
-    'is_compiling', 'register_fake', 'foreach_norm', 'flop_registry', 'aminmax'
+    'TORCH_VERSION', 'COMPILED_OPS', 'torch_at_least', 'require_torch',
+    'dtensor_class', 'fsdp_module_class', 'fully_shard_api',
+    'register_step_hooks', 'is_compiling', 'register_fake', 'foreach_norm',
+    'flop_registry', 'aminmax'
 ]
 
 
@@ -43,6 +44,13 @@ def _release(version: str) -> Tuple[int, ...]:
 
 #: the installed torch's release, e.g. ``(2, 13, 0)``
 TORCH_VERSION = _release(torch.__version__)
+
+#: the oldest torch whose inductor keeps mmstats' side-effect-only custom
+#: ops (``mmstats::report_row``, ``mmstats::module_act``) in a compiled
+#: graph: torch 2.8 drops them (the reports inside ``torch.compile`` never
+#: arrive, measured); 2.11, 2.13 and 2.14 keep them; 2.9 and 2.10 were not
+#: measured
+COMPILED_OPS = '2.11'
 
 
 def torch_at_least(version: str) -> bool:

@@ -6,7 +6,7 @@ table (``make test-matrix``) lists the reason beside the count.
 """
 import pytest
 
-from mmstats.utils.torch_compat import torch_at_least
+from mmstats.utils.torch_compat import COMPILED_OPS, torch_at_least
 
 
 def needs_torch(version: str, why: str) -> pytest.MarkDecorator:
@@ -31,9 +31,9 @@ NEEDS_DEEPSPEED = pytest.mark.skipif(
     not DEEPSPEED,
     reason=f'needs a DeepSpeed that imports here ({NO_DEEPSPEED_WHY})')
 
-#: torch.compile tests: report() inside compiled graphs needs dynamo's
-#: set_code_exec_strategy (torch 2.7)
-COMPILE = needs_torch('2.7', 'report() inside torch.compile')
+#: torch.compile tests: mmstats' custom ops inside compiled graphs
+#: (mmstats.utils.torch_compat.COMPILED_OPS)
+COMPILE = needs_torch(COMPILED_OPS, 'mmstats ops inside torch.compile')
 #: AMP tests on CPU: torch.amp.GradScaler('cpu')
 CPU_GRAD_SCALER = needs_torch('2.3', "torch.amp.GradScaler('cpu')")
 #: CPU float16 aminmax (torch 2.1 computes it in float32, 2 more ops)
