@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+from mmstats.utils.torch_compat import torch_at_least
+
 
 def run_python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, '-c',
@@ -76,4 +78,6 @@ def test_the_check_sees_what_a_runner_import_does():
     deepspeed, dynamo, dim_range = out.stdout.strip().split('\n')[-1].split()
     if deepspeed != 'True':
         pytest.skip('DeepSpeed is not installed')
-    assert (dynamo, dim_range) == ('True', 'True')
+    assert dynamo == 'True'
+    if torch_at_least('2.13'):  # dynamo's allowlist entry (not in 2.8)
+        assert dim_range == 'True'
