@@ -7,21 +7,23 @@ and the older one otherwise, with the same result; a feature with no older
 API (FSDP2, ``report()`` inside compiled graphs, the checkpoint state-dict
 API) asks :func:`require_torch`, which refuses with the version it needs.
 
-=================================  =====  ==================================
-API                                torch  older torch
-=================================  =====  ==================================
-``torch.distributed.tensor``       2.5    ``torch.distributed._tensor``
-``torch.distributed.fsdp``          2.6    ``torch.distributed._composable.
-``.FSDPModule``, ``fully_shard``          fsdp`` (2.4, 2.5); none before
-``torch.compiler.is_compiling``    2.3    ``torch._dynamo.is_compiling``
-``torch.library.register_fake``    2.4    ``impl_abstract`` (2.2, 2.3), a
-                                          ``Meta`` kernel before
-``_foreach_norm(dtype=)``          2.4    copies in ``dtype``, then the norms
-``FlopCounterMode.flop_registry``  2.2    ``flop_mapping`` (of shapes)
-CPU float16 ``aminmax``            2.2    in float32 (exact)
-optimizer step hooks after         2.2    the instance's ``step`` wrapped
-``import deepspeed``
-=================================  =====  ==================================
+- ``torch.distributed.tensor.DTensor``: 2.5; ``torch.distributed._tensor``
+  before.
+- ``fully_shard``, ``FSDPModule``, ``MixedPrecisionPolicy`` in
+  ``torch.distributed.fsdp``: 2.6; ``torch.distributed._composable.fsdp``
+  in 2.4 and 2.5; refused before.
+- ``torch.compiler.is_compiling``: 2.3; ``torch._dynamo.is_compiling``
+  before (once dynamo is imported).
+- ``torch.library.register_fake``: 2.4; ``impl_abstract`` in 2.2 and 2.3,
+  a ``Meta`` kernel before.
+- ``torch._foreach_norm(..., dtype=)``: 2.4; the norms of copies in that
+  dtype before.
+- ``FlopCounterMode.flop_registry``: 2.2; ``flop_mapping`` (formulas of
+  shapes) before.
+- CPU float16 ``aminmax``: 2.2; in float32 (exact) before.
+- Optimizer step hooks: torch 2.1 runs none after ``import deepspeed``;
+  the instance's ``step`` is wrapped instead.
+- mmstats' custom ops inside ``torch.compile``: :data:`COMPILED_OPS`.
 """
 import re
 import sys
