@@ -330,7 +330,7 @@ def _sharded_state(model) -> list:
             states.append(flat.data_ptr() == flat._local_shard.data_ptr()
                           and (flat.numel() < sum(flat._numels)
                                or not module._handle.uses_sharded_strategy))
-    FSDPModule = fsdp_module_class()
+    FSDPModule = fsdp_module_class() or ()  # none before torch 2.4
     if isinstance(model, FSDPModule):  # unsharded: plain tensors
         states += [isinstance(p, DTensor) for p in model.parameters()]
     # DeepSpeed ZeRO-3: a released parameter holds no data

@@ -208,7 +208,8 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource):
         """Find the target modules; register the
         forward and optimizer step hooks (before ``compile=True`` compiles
         ``train_step``), disarmed."""
-        if runner.cfg.get('compile'):
+        compile_cfg = runner.cfg.get('compile')  # mmengine: True or a dict
+        if compile_cfg is True or isinstance(compile_cfg, dict):
             require_torch(
                 COMPILED_OPS, 'ModuleStatsHook under compile=True (its '
                 'probes are custom ops inside the compiled graph)')

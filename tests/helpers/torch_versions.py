@@ -61,8 +61,7 @@ BY_NODE_ID = (
      COMPILE),
     ('test_nonfinite_origin.py::test_watch_finds_the_planted_nan[inductor]',
      COMPILE),
-    ('test_nonfinite_origin.py::test_without_watch', COMPILE),
-    ('test_nonfinite_origin.py::test_planted_on_the_instrumented', COMPILE),
+    ('test_nonfinite_origin.py::test_the_watch_adds_no_graph', COMPILE),
     ('test_nonfinite_origin_dist.py::test_two_ranks_raise_the_same_text['
      'dynamo]', COMPILE),
     ('test_throughput_runners.py::test_compiled_training_stays_compiled',
