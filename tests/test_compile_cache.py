@@ -73,8 +73,9 @@ def _binaries(cache):
         for name in names if name.endswith('.so'))
 
 
-@needs_torch('2.3',
-             'the same result from a recompile (2.1: 21.46353 vs 21.46354)')
+@needs_torch(
+    '2.8',
+    'the same result from a recompile (2.1 and 2.4: 21.46353 vs 21.46354)')
 def test_a_zero_byte_so_from_a_killed_compile_is_removed(tmp_path):
     cache = str(tmp_path / 'inductor')
     _seed_cpu_probes(cache)
@@ -171,11 +172,12 @@ def test_truncated_binaries_are_incomplete(tmp_path):
         assert complete_elf(path) == (size == len(data)), size
 
 
-@needs_torch('2.3', 'torch._inductor.runtime.cache_dir_utils')
 def test_this_session_compiles_into_the_suites_cache():
     if os.environ.get('TORCHINDUCTOR_CACHE_DIR') != suite_cache_dir():
         pytest.skip('TORCHINDUCTOR_CACHE_DIR set by the user')
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    cache_dir = pytest.importorskip(
+        'torch._inductor.runtime.cache_dir_utils',
+        reason='needs torch._inductor.runtime.cache_dir_utils').cache_dir
     assert cache_dir() == suite_cache_dir()
     markers = os.listdir(osp.join(suite_cache_dir(), MARKERS))
     assert any(m.startswith(f'{os.getpid()}-') for m in markers)

@@ -38,8 +38,9 @@ COMPILE = needs_torch(COMPILED_OPS, 'mmstats ops inside torch.compile')
 CPU_GRAD_SCALER = needs_torch('2.3', "torch.amp.GradScaler('cpu')")
 #: CPU float16 aminmax (torch 2.1 computes it in float32, 2 more ops)
 HALF_AMINMAX = needs_torch('2.2', 'CPU float16 aminmax (ATen op counts)')
-#: FSDP2 (fully_shard), mmstats.FullyShard
-FSDP2 = needs_torch('2.4', 'FSDP2 (fully_shard)')
+#: FSDP2 (fully_shard), mmstats.FullyShard, on CPU: torch 2.4's
+#: fully_shard calls CUDA (measured; mmstats takes it from 2.4 on, for GPUs)
+FSDP2 = needs_torch('2.6', "FSDP2 on CPU (torch 2.4's fully_shard calls CUDA)")
 #: the checkpoint state-dict API of mmstats' sharded strategies
 STATE_DICT_API = needs_torch('2.2', 'torch.distributed.checkpoint.state_dict')
 #: FSDP1 under the hooks: torch 2.1's FSDP fails its lazy init in a
