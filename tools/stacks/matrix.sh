@@ -43,7 +43,8 @@ engine = 'onedl-mmengine ' + v('onedl-mmengine') if v('onedl-mmengine') \
 print(f"{torch.__version__} | {engine} | {v('deepspeed') or '-'}")
 PY
 )
-    summary=$(tail -n 1 "$OUT/$stack.log")
+    # pytest's closing line (a DeepSpeed op build may print after it)
+    summary=$(grep -E '[0-9]+ (passed|failed)' "$OUT/$stack.log" | tail -n 1)
     count() { grep -oE "[0-9]+ $1" <<<"$summary" | cut -d' ' -f1 || true; }
     rows+=("| $stack | $versions | $(count passed) | $(count skipped) | \
 $(count failed)$(count error | sed 's/^/ + errors: /') | $(( $(date +%s) - start )) s |")
