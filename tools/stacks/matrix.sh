@@ -45,9 +45,13 @@ PY
 )
     # pytest's closing line (a DeepSpeed op build may print after it)
     summary=$(grep -E '[0-9]+ (passed|failed)' "$OUT/$stack.log" | tail -n 1)
-    count() { grep -oE "[0-9]+ $1" <<<"$summary" | cut -d' ' -f1 || true; }
+    count() {
+        local n
+        n=$(grep -oE "[0-9]+ $1" <<<"$summary" | cut -d' ' -f1)
+        echo "${n:-0}"
+    }
     rows+=("| $stack | $versions | $(count passed) | $(count skipped) | \
-$(count failed)$(count error | sed 's/^/ + errors: /') | $(( $(date +%s) - start )) s |")
+$(count failed) (errors: $(count error)) | $(( $(date +%s) - start )) s |")
 done
 {
     echo "| stack | torch | engine | DeepSpeed | passed | skipped | failed | time |"
