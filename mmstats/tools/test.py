@@ -15,19 +15,19 @@ GPUs (NCCL).
 """
 
 import argparse
-import os
 import os.path as osp
 import sys
 from typing import Optional
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.dist import is_main_process
 
 from mmstats.strategies import (SCHEME, is_checkpoint_directory,
                                 register_consolidating_loader)
+from mmstats.tools.common import (add_launch_arguments, load_config,
+                                  parse_launch_args)
 from mmstats.utils import (allow_mmengine_checkpoints, build_runner,
-                           enable_config_scope, finish_distributed,
-                           registered_name)
+                           finish_distributed, registered_name)
 
 #: the strategies that load a sharded checkpoint directory themselves
 READS_DIRECTORIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')
@@ -47,22 +47,8 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Evaluate a checkpoint')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='the checkpoint to evaluate')
-    parser.add_argument('--work-dir', help='the dir to save logs')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings of the config, key=value')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+    add_launch_arguments(parser)
+    return parse_launch_args(parser, argv)
 
 
 def build_config(args: argparse.Namespace) -> Config:
@@ -72,14 +58,7 @@ def build_config(args: argparse.Namespace) -> Config:
     if not osp.exists(args.checkpoint):  # a sharded one is a directory
         raise FileNotFoundError(
             f'checkpoint {args.checkpoint!r} does not exist')
-    enable_config_scope()  # _base_ = ['mmstats::_base_/strategies/...']
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        './work_dirs',
-        osp.splitext(osp.basename(args.config))[0])
+    cfg = load_config(args)
     cfg.load_from = args.checkpoint
     if is_checkpoint_directory(args.checkpoint) and not loads_directories(cfg):
         # a sharded run's checkpoint, evaluated without sharding: gathered

@@ -26,14 +26,15 @@ import time
 from typing import Any, Optional
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 
 from mmstats.hooks import RandomStateHook
+from mmstats.tools.common import (add_launch_arguments, load_config,
+                                  parse_launch_args)
 from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
-                           build_runner, enable_config_scope,
-                           finish_distributed, registered_name)
+                           build_runner, finish_distributed, registered_name)
 
 __all__ = ['main']
 
@@ -41,7 +42,7 @@ __all__ = ['main']
 def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Train a model')
     parser.add_argument('config', help='train config file path')
-    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    add_launch_arguments(parser)
     parser.add_argument(
         '--resume',
         nargs='?',
@@ -53,23 +54,7 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
         '--amp',
         action='store_true',
         help='enable automatic mixed precision training (needs CUDA)')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings of the config, key=value (e.g. '
-        'train_cfg.max_epochs=3 model.backbone.norm_cfg.type=GN)')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    # torch.distributed.launch passes --local-rank (or --local_rank)
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+    return parse_launch_args(parser, argv)
 
 
 def build_config(args: argparse.Namespace) -> Config:
@@ -78,16 +63,7 @@ def build_config(args: argparse.Namespace) -> Config:
         raise FileNotFoundError(
             f'config file {args.config!r} does not exist (the demo configs '
             'are under projects/digits_demo/configs/)')
-    enable_config_scope()  # _base_ = ['mmstats::_base_/strategies/...']
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    cfg = load_config(args)
     if args.amp:
         use_amp(cfg)
     if args.resume == 'auto':
