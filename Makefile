@@ -81,10 +81,10 @@ test-quick: install
 test-matrix:
 	bash tools/stacks/matrix.sh
 
-# CI's ends of the matrix: the quick tests on the oldest and the newest
-# torch (the pinned stack runs everything in `make test`).
+# CI's ends of the matrix: the quick tests on the oldest torch. The newest
+# (2.14.1) is the pinned one: `make test` runs everything on it.
 test-ends:
-	STACKS="torch2.1 torch2.14" bash tools/stacks/matrix.sh \
+	STACKS="torch2.1" bash tools/stacks/matrix.sh \
 		-m "not dist and not runner and not slow"
 
 # On a machine with CUDA (skipped elsewhere).

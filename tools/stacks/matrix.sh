@@ -6,12 +6,12 @@
 # table.md, and each stack's pytest output in NAME.log).
 #
 #   bash tools/stacks/matrix.sh                      # every stack, whole suite
-#   STACKS="torch2.1 torch2.14" bash tools/stacks/matrix.sh -m "not dist and not runner and not slow"
+#   STACKS="torch2.1" bash tools/stacks/matrix.sh -m "not dist and not runner and not slow"
 #
 # Extra arguments go to pytest. Exit status: 1 if any stack failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STACKS=${STACKS:-"torch2.1 torch2.4 torch2.8 pinned torch2.14 onedl"}
+STACKS=${STACKS:-"torch2.1 torch2.4 torch2.8 pinned onedl"}
 OUT=${MATRIX_DIR:-work_dirs/matrix}
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
