@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from mmstats.precise_bn import check_args, layers_to_update, update_bn_stats
 from mmstats.registry import HOOKS
+from mmstats.run_description import log_run_description
 from mmstats.sharding import is_sharded, unwrap_model
 from mmstats.utils.args import (check_bool, check_keywords, check_positive_int,
                                 refuse_second_instance)
@@ -148,6 +149,7 @@ class PreciseBNHook(Hook):
         whether the model has BN layers to recompute, and build the
         hook's own loader."""
         from mmengine.runner import EpochBasedTrainLoop
+        log_run_description(runner)  # once per runner, whichever hook
         self.by_epoch = self._by_epoch
         if self._by_epoch is None:
             self.by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)

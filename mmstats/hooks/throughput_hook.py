@@ -14,6 +14,7 @@ from mmengine.logging import print_log
 
 from mmstats.dist import host_group
 from mmstats.registry import HOOKS
+from mmstats.run_description import log_run_description
 from mmstats.sharding import unwrap_model
 from mmstats.throughput import (IterationFlops, MemoryReader, batch_rows,
                                 reduce_interval)
@@ -170,6 +171,7 @@ class ThroughputHook(Hook):
 
     def before_train(self, runner: Runner) -> None:
         """Training has started (validation loops now pause the clock)."""
+        log_run_description(runner)  # once per runner, whichever hook
         self._training = True
 
     def after_train(self, runner: Runner) -> None:

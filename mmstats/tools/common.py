@@ -1,16 +1,22 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """What the launchers (``train``, ``test``) share: the OpenMMLab command
-line arguments every launcher takes and the loading of the config."""
+line arguments every launcher takes, the loading of the config, and each
+distinct warning shown once per process."""
 import argparse
+import contextlib
 import os
 import os.path as osp
-from typing import Optional
+import warnings
+from typing import Any, Iterator, Optional, Set, Tuple
 
 from mmengine.config import Config, DictAction
 
 from mmstats.utils import enable_config_scope
 
-__all__ = ['add_launch_arguments', 'parse_launch_args', 'load_config']
+__all__ = [
+    'add_launch_arguments', 'parse_launch_args', 'load_config',
+    'each_warning_once'
+]
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,3 +80,60 @@ def load_config(args: argparse.Namespace) -> Config:
         './work_dirs',
         osp.splitext(osp.basename(args.config))[0])
     return cfg
+
+
+class _ShowOnce:
+    """``warnings.showwarning`` that passes each distinct warning (its
+    category and message text) on once and drops its repeats."""
+
+    def __init__(self, show: Any) -> None:
+        self.show = show
+        self.seen: Set[Tuple[type, str]] = set()
+
+    def __call__(self, message: Any, category: type, *args: Any,
+                 **kwargs: Any) -> None:
+        key = (category, str(message))
+        if key not in self.seen:
+            self.seen.add(key)
+            self.show(message, category, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def each_warning_once() -> Iterator[None]:
+    """Show each distinct Python warning (category and message) at most
+    once in this process while the launcher runs; the previous
+    ``warnings.showwarning`` is restored at the end.
+
+    The filters still decide what is shown (``-W``, ``PYTHONWARNINGS``,
+    a library's ``ignore``, ``error``): only the repeats of what they let
+    through are dropped, at display time. A ``'once'`` filter would not
+    do: it would unhide the DeprecationWarnings Python hides by default,
+    and a library's own ``simplefilter('always')`` (torch's ShardedTensor
+    deprecations) comes before it. Python's ``'default'`` action
+    remembers a warning per module and line, and forgets it whenever any
+    code changes the filters (every ``warnings.catch_warnings()``):
+    torch's deprecated collectives, which DeepSpeed calls on every step,
+    came back 54 times in a 2-process demo run. Warnings that libraries log
+    (DeepSpeed's ``[WARNING]``, mmengine's ``print_log``) are log records,
+    not Python warnings, and pass unchanged (docs/launching.md).
+
+    Example:
+        >>> shown = []
+        >>> with warnings.catch_warnings():  # restores showwarning
+        ...     warnings.simplefilter('always')
+        ...     warnings.showwarning = lambda msg, *a, **k: shown.append(
+        ...         str(msg))
+        ...     with each_warning_once():
+        ...         for _ in range(3):
+        ...             warnings.warn('deprecated', FutureWarning)
+        >>> shown
+        ['deprecated']
+    """
+    previous = warnings.showwarning
+    once = _ShowOnce(previous)
+    warnings.showwarning = once
+    try:
+        yield
+    finally:
+        if warnings.showwarning is once:
+            warnings.showwarning = previous

@@ -24,8 +24,8 @@ from mmengine.dist import is_main_process
 
 from mmstats.strategies import (SCHEME, is_checkpoint_directory,
                                 register_consolidating_loader)
-from mmstats.tools.common import (add_launch_arguments, load_config,
-                                  parse_launch_args)
+from mmstats.tools.common import (add_launch_arguments, each_warning_once,
+                                  load_config, parse_launch_args)
 from mmstats.utils import (allow_mmengine_checkpoints, build_runner,
                            finish_distributed, registered_name)
 
@@ -92,7 +92,8 @@ def main(argv: Optional[list] = None) -> dict:
     """
     args = parse_args(argv)
     allow_mmengine_checkpoints()  # torch.load(weights_only=True)
-    metrics = test(build_config(args))
+    with each_warning_once():  # per process: torch's, DeepSpeed's...
+        metrics = test(build_config(args))
     # the runner is gone: its model wrapper's process groups die in
     # finish_distributed, not while the interpreter exits (an abort)
     finish_distributed()

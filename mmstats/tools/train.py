@@ -31,8 +31,8 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 
 from mmstats.hooks import RandomStateHook
-from mmstats.tools.common import (add_launch_arguments, load_config,
-                                  parse_launch_args)
+from mmstats.tools.common import (add_launch_arguments, each_warning_once,
+                                  load_config, parse_launch_args)
 from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
                            build_runner, finish_distributed, registered_name)
 
@@ -215,8 +215,9 @@ def main(argv: Optional[list] = None) -> None:
     args = parse_args(argv)
     allow_mmengine_checkpoints()  # --resume under torch.load(weights_only)
     try:
-        cfg = build_config(args)
-        train(cfg)
+        with each_warning_once():  # per process: torch's, DeepSpeed's...
+            cfg = build_config(args)
+            train(cfg)
     except LaunchRefused as exc:  # before any process trains: said once
         say(f'error: {exc}')
         if not is_first_process():  # torchrun ends the launch when one
