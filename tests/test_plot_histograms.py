@@ -1,7 +1,8 @@
 """tools/analysis/plot_histograms.py: the heat map keeps every count, on a
 linear and a symmetric log axis, and draws a real run's event file into
 the run's ``vis_data/`` (``wrote PATH``, a title, a labelled colour bar; no
-colour bar where the shares are one value)."""
+colour bar where the shares are one value), a figure that reads at a
+glance."""
 import os.path as osp
 import sys
 from types import SimpleNamespace
@@ -17,7 +18,9 @@ sys.path.insert(
     0, osp.join(osp.dirname(osp.dirname(__file__)), 'tools', 'analysis'))
 import plot_histograms  # noqa: E402
 
-from tests.helpers.figures import colorbar_labels, suptitle, wrote  # noqa
+from tests.helpers.figures import colorbar_labels  # noqa: E402
+from tests.helpers.figures import (assert_readable, panels,  # noqa: E402
+                                   suptitle, wrote)
 
 
 def _hist(values, limits):
@@ -56,9 +59,10 @@ def test_one_share_everywhere_draws_no_colour_bar():
     spread_ax, constant_ax = fig.axes[:2]
     assert colorbar_labels(fig) == [plot_histograms.SHARE]
     assert constant_ax.get_title() == (
-        f'stats/lr/hist (all ranks); {plot_histograms.SHARE}: 1 everywhere')
+        f'stats/lr/hist (all ranks)\n{plot_histograms.SHARE}: 1 everywhere')
     assert spread_ax.get_title() == 'stats/a/hist (all ranks)'
     assert suptitle(fig) == 'histograms of StatsCollectorHook: x'
+    assert_readable(fig)
 
 
 def test_draws_the_histograms_of_a_real_run(tmp_path, clean_mmengine, capsys):
@@ -101,11 +105,13 @@ def test_draws_the_histograms_of_a_real_run(tmp_path, clean_mmengine, capsys):
     assert suptitle(fig) == ('histograms of StatsCollectorHook: '
                              f'{tmp_path.name}/{runner.timestamp}')
     assert colorbar_labels(fig) == [plot_histograms.SHARE] * 2
-    panels = [ax for ax in fig.axes if not hasattr(ax, '_colorbar')]
-    assert [ax.get_title() for ax in panels] == [
+    assert [ax.get_title() for ax in panels(fig)] == [
         'stats/model/feat_norm/hist (all ranks)',
         'stats/val/model/feat_norm/hist (all ranks)'
     ]
+    # no texts overlapping or cut, a grid, y labels; min/max named once
+    assert_readable(fig)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ['min', 'max']
     other = str(tmp_path / 'h.png')
     assert plot_histograms.main([str(tmp_path), '--out', other]) == other
     assert wrote(capsys.readouterr().out) == [other]

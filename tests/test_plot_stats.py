@@ -1,10 +1,12 @@
 """tools/analysis/plot_stats.py on a small real run (heat map, panels, x
 axis units, the PNGs in the run's ``vis_data/`` with ``wrote PATH``,
-titles, labelled colour bars) and on written scalars.json files (quantile
-bands, bounded quantities, log loss axis, legends outside the curves, no
-one-value colour bar)."""
+titles, labelled colour bars; every figure readable at a glance, every
+per-module statistic drawn, the optimizer's with SGD and with Adam) and on
+written scalars.json files (quantile bands, bounded quantities, log loss
+axis, legends outside the curves, no one-value colour bar)."""
 import json
 import os.path as osp
+import re
 import sys
 
 import numpy as np
@@ -19,16 +21,30 @@ import plot_curves  # noqa: E402
 import plot_stats  # noqa: E402
 from plot_curves import load_scalars  # noqa: E402
 
-from tests.helpers.figures import colorbar_labels, suptitle, wrote  # noqa
+from tests.helpers.figures import colorbar_labels  # noqa: E402
+from tests.helpers.figures import (assert_readable, panels,  # noqa: E402
+                                   suptitle, wrote)
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Close the figures a test drew (pyplot keeps them open)."""
+    yield
+    import matplotlib.pyplot as plt
+    plt.close('all')
 
 
 @pytest.fixture(scope='module')
 def real_run(tmp_path_factory):
-    """2 epochs of 5 iterations of the toy model with both hooks."""
+    """2 epochs of 5 iterations of the toy model with both hooks (SGD with
+    momentum, its state reported)."""
+    return _train(tmp_path_factory.mktemp('run'))
+
+
+def _train(work_dir, **overrides) -> str:
     from mmengine.runner import Runner
 
     from tests.helpers.runner import clear_mmengine_singletons, toy_cfg
-    work_dir = tmp_path_factory.mktemp('run')
     cfg = toy_cfg(
         work_dir,
         num_samples=80,
@@ -37,8 +53,11 @@ def real_run(tmp_path_factory):
         custom_hooks=[
             dict(type='mmstats.StatsCollectorHook'),
             dict(
-                type='mmstats.ModuleStatsHook', modules=r'backbone\.stem|head')
-        ])
+                type='mmstats.ModuleStatsHook',
+                modules=r'backbone\.stem|head',
+                optimizer_state=True)
+        ],
+        **overrides)
     Runner.from_cfg(cfg).train()
     clear_mmengine_singletons()
     return str(work_dir)
@@ -72,14 +91,13 @@ def test_real_run_pictures(real_run, tmp_path, capsys):
         series, 'stats', 'modules', scalars_path=path)
     assert suptitle(fig) == f'ModuleStatsHook: {run}'
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    assert titles == [
+    assert titles[:4] == [
         'activation scale (rms) (log colour scale)',
-        'gradient norm (log colour scale)',
+        'gradient norm (log colour scale)', 'weight norm (log colour scale)',
         'update ratio ||dw|| / ||w|| (log colour scale)'
     ]
-    assert colorbar_labels(fig) == [
-        'activation scale (rms) (act)', 'gradient norm (grad_norm)',
-        'update ratio ||dw|| / ||w|| (update_ratio)'
+    assert colorbar_labels(fig)[:4] == [
+        'act', 'grad_norm', 'weight_norm', 'update_ratio'
     ]
     names = plot_stats.names_figure(
         series, ['loss'], 'stats', (True, False), scalars_path=path)
@@ -189,11 +207,68 @@ def test_one_value_heat_map_draws_no_colour_bar(tmp_path):
         'gradient norm: 0.5 everywhere',
         'update ratio ||dw|| / ||w|| (log colour scale)'
     ]
-    assert colorbar_labels(fig) == [
-        'update ratio ||dw|| / ||w|| (update_ratio)'
-    ]
+    assert colorbar_labels(fig) == ['update_ratio']
 
 
 def test_unknown_key_names_the_available_ones(real_run):
     with pytest.raises(SystemExit, match="available: .*'loss'"):
         plot_stats.main([real_run, '--keys', 'no/such'])
+
+
+def _module_stats_in(path):
+    """The ``<stat>`` of every ``stats/modules/<module>/<stat>/mean`` key
+    of a scalars.json, read without the tool's code."""
+    found = set()
+    with open(path) as f:
+        for line in f:
+            for key in json.loads(line):
+                match = re.fullmatch(r'stats/modules/[^/]+/([^/]+)/mean', key)
+                if match:
+                    found.add(match.group(1))
+    return found
+
+
+def _readable_pictures(work_dir, optimizer_stats):
+    """Every figure of plot_stats (and plot_curves) of ``work_dir`` reads
+    at a glance; modules.png has a panel per per-module statistic, the
+    optimizer's ``optimizer_stats`` and weight_norm among them."""
+    path = plot_stats.find_scalars(work_dir)
+    series = load_scalars(path)
+    collected = _module_stats_in(path)
+    assert {'act', 'grad_norm', 'weight_norm', 'update_ratio'
+            } | optimizer_stats <= collected
+    modules = plot_stats.modules_figure(
+        series, 'stats', 'modules', scalars_path=path)
+    assert_readable(modules)
+    # a panel per statistic, each with its colour bar (none is one value)
+    assert sorted(colorbar_labels(modules)) == sorted(collected)
+    assert len(panels(modules)) == len(collected)
+    names = sorted(
+        n for n in plot_stats.reported_names(series, 'stats')
+        if not n.startswith('modules/') or n.count('/') == 1)
+    assert 'modules/total_grad_norm' in names and len(names) >= 7
+    stats = plot_stats.names_figure(
+        series,
+        names,
+        'stats',
+        plot_stats.epoch_units(path),
+        scalars_path=path)
+    assert_readable(stats)
+    assert sorted(ax.get_title() for ax in panels(stats)) == names
+    assert stats.get_size_inches()[0] > stats.get_size_inches()[1]  # a grid
+    assert_readable(plot_curves.curves_figure(series, path))
+
+
+def test_real_run_figures_read_at_a_glance(real_run):
+    _readable_pictures(real_run,
+                       {'momentum_buffer_norm', 'momentum_buffer_cos'})
+
+
+def test_adam_run_figures_read_at_a_glance(tmp_path, clean_mmengine):
+    run = _train(
+        tmp_path,
+        max_epochs=1,
+        optim_wrapper=dict(
+            optimizer=dict(_delete_=True, type='Adam', lr=1e-3)))
+    _readable_pictures(run,
+                       {'exp_avg_norm', 'exp_avg_cos', 'exp_avg_sq_sqrt_norm'})

@@ -1,6 +1,7 @@
 """tools/analysis/plot_throughput.py on written scalars.json files: the
 PNG in the run's ``vis_data/`` (``wrote PATH``), a title, and the colour
-bar of the rank holding the peak only where that rank changes."""
+bar of the rank holding the peak only where that rank changes; on a real
+run's, a figure that reads at a glance."""
 import json
 import os
 import os.path as osp
@@ -16,7 +17,9 @@ sys.path.insert(
 import plot_throughput  # noqa: E402
 from plot_curves import load_scalars  # noqa: E402
 
-from tests.helpers.figures import colorbar_labels, suptitle, wrote  # noqa
+from tests.helpers.figures import colorbar_labels  # noqa: E402
+from tests.helpers.figures import (assert_readable, suptitle,  # noqa: E402
+                                   wrote)
 
 
 def _write(path, records):
@@ -63,6 +66,7 @@ def test_png_with_mfu_and_the_ranks_of_the_peaks(tmp_path, capsys):
     assert [ax.get_title() for ax in fig.axes[:2]] == [
         'throughput of each interval', 'peak memory of each interval'
     ]
+    assert_readable(fig)  # with MFU's axis and the colour bar
 
 
 def test_one_rank_draws_no_rank_colour_bar(tmp_path):
@@ -85,3 +89,25 @@ def test_nothing_without_the_hook_keys(tmp_path):
     assert plot_throughput.plot_throughput(path) is None
     with pytest.raises(SystemExit, match='no ThroughputHook keys'):
         plot_throughput.main([path])
+
+
+def test_real_run_figure_reads_at_a_glance(tmp_path, clean_mmengine):
+    from mmengine.runner import Runner
+
+    from tests.helpers.runner import toy_cfg
+    cfg = toy_cfg(
+        tmp_path,
+        by_epoch=False,
+        max_iters=6,
+        log_interval=2,
+        custom_hooks=[
+            dict(type='mmstats.StatsCollectorHook'),
+            dict(type='mmstats.ThroughputHook')
+        ])
+    Runner.from_cfg(cfg).train()
+    path = plot_throughput.find_scalars(str(tmp_path))
+    series = load_scalars(path)
+    assert len(series['throughput/samples_per_s'][0]) == 3
+    fig = plot_throughput.throughput_figure(series, path)
+    assert_readable(fig)
+    assert fig.axes[1].get_legend().get_texts()  # the memory it published

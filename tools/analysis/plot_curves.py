@@ -77,15 +77,16 @@ def curves_figure(series: Series, scalars_path: str = ''):
               if key in series]
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5))
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5 * len(panels), 3.5), layout='constrained')
     axes = [axes] if len(panels) == 1 else axes
     for ax, (key, (steps, values)) in zip(axes, panels):
         ax.plot(steps, values, marker='o' if key == 'accuracy' else None)
         ax.set_title('val accuracy (%)' if key == 'accuracy' else 'train loss')
         ax.set_xlabel('step (epoch for val, iteration for train)')
+        ax.set_ylabel('accuracy (%)' if key == 'accuracy' else 'loss')
         ax.grid(alpha=0.3)
     title(fig, 'training curves', osp.dirname(scalars_path))
-    fig.tight_layout()
     return fig
 
 

@@ -7,13 +7,15 @@
 
 Writes ``WORK_DIR/<timestamp>/vis_data/histograms.png`` (the newest run's,
 beside its event files) and prints ``wrote PATH``. One panel per histogram
-tag: x the step of each publication, y the value (a symmetric log axis
-where the values span more than two decades or change sign), colour the
-share of that publication's values per bin of y (each bucket's count
-spread evenly over its range, as TensorBoard draws it), on a log colour
-scale; the exact minimum and maximum as lines. A panel whose shares are
-all one value (every value in one bin) has no colour bar; its title says
-the share. Reads the event files under ``WORK_DIR/*/vis_data`` (or a
+tag, in a grid (``figures.panel_grid``): x the step of each publication,
+y the value (a symmetric log axis where the values span more than two
+decades or change sign), colour the share of that publication's values
+per bin of y (each bucket's count spread evenly over its range, as
+TensorBoard draws it), on a log colour scale with a colour bar per panel;
+the exact minimum and maximum as lines, named once in the figure's legend
+below the panels. A panel whose shares are all one value (every value in
+one bin) has no colour bar; its title says the share, on a second
+line. Reads the event files under ``WORK_DIR/*/vis_data`` (or a
 directory of event files) with tensorboard's ``EventAccumulator``.
 """
 import argparse
@@ -25,10 +27,10 @@ import numpy as np
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from figures import vis_data_dir  # noqa: E402
-from figures import colorbar, one_value, save, title  # noqa: E402
+from figures import colorbar, one_value, panel_grid, save, title  # noqa
 
 ROWS = 160  # value bins of the drawing
-SHARE = "share of the publication's values per bin"
+SHARE = 'share of values per bin'
 
 
 def load_histograms(path: str) -> Dict[str, List[Tuple[int, object]]]:
@@ -104,12 +106,10 @@ def histograms_figure(histograms: Dict[str, List[Tuple[int, object]]],
                       vis_data: str = ''):
     """One panel per tag (a matplotlib Figure), titled with the run of
     ``vis_data``."""
-    import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
     tags = list(tags or sorted(histograms))
-    fig, axes = plt.subplots(
-        len(tags), 1, figsize=(8, 2.6 * len(tags)), squeeze=False)
-    for ax, tag in zip(axes[:, 0], tags):
+    fig, axes = panel_grid(len(tags), 5.0, 3.2)
+    for ax, tag in zip(axes, tags):
         steps = np.array([step for step, _ in histograms[tag]])
         hists = [h for _, h in histograms[tag]]
         edges, scale = value_axis(hists)
@@ -137,18 +137,19 @@ def histograms_figure(histograms: Dict[str, List[Tuple[int, object]]],
                 f'{np.sign(t) * scale * np.expm1(abs(t)):.3g}' for t in ticks
             ])
             ax.set_ylim(edges[0], edges[-1])
+        ax.set_ylabel('value' + (' (symmetric log axis)' if scale else ''))
         only = one_value(masked.compressed())
         ax.set_title(f'{tag} (all ranks)' + (
-            '' if only is None else f'; {SHARE}: {only:.3g} everywhere'))
+            '' if only is None else f'\n{SHARE}: {only:.3g} everywhere'))
         ax.set_xlabel('step (epoch for per-epoch summaries)' if tag.
                       split('/')[1] in ('val', 'test') else 'step')
-        bar = colorbar(fig, mesh, ax, SHARE, masked.compressed())
-        ax.legend(
-            loc='upper left',
-            bbox_to_anchor=(1.12 if bar else 1.01, 1),
-            fontsize=8)
+        colorbar(fig, mesh, ax, SHARE, masked.compressed())
+    fig.legend(
+        *axes[0].get_legend_handles_labels(),
+        loc='outside lower center',
+        ncols=2,
+        fontsize='small')
     title(fig, 'histograms of StatsCollectorHook', vis_data)
-    fig.tight_layout()
     return fig
 
 

@@ -5,14 +5,19 @@
         [--modules-prefix modules] [--log-loss] [--out PNG]
 
 Writes ``WORK_DIR/<timestamp>/vis_data/stats.png`` (beside the newest
-run's ``scalars.json``; one panel per reported name: the p50 line in a
-p1-p99 band where StatsCollectorHook published quantiles, the mean in a
-mean+-std band otherwise, with min/max) and, when ModuleStatsHook ran,
-``modules.png`` beside it (heat maps modules x iterations of activation
-scale, gradient norm and update ratio on a log colour scale, each with a
-labelled colour bar; a map of one value everywhere says it in its title
-instead), and prints ``wrote PATH`` for each. Each panel's x axis
-says what it counts (iteration, or epoch for per-epoch summaries and
+run's ``scalars.json``; one panel per reported name, ModuleStatsHook's
+per-run names such as ``modules/total_grad_norm`` included: the p50 line
+in a p1-p99 band where StatsCollectorHook published quantiles, the mean in
+a mean+-std band otherwise, with min/max) and, when ModuleStatsHook ran,
+``modules.png`` beside it (one heat map modules x iterations per
+per-module statistic the run published: activation scale, gradient norm,
+weight norm, update ratio and, with ``optimizer_state=True``, the
+optimizer's moments and cosines; on a log colour scale where every value
+is positive, a linear one otherwise, each with a colour bar labelled with
+the statistic's key; a map of one value everywhere says it in its title
+instead), and prints ``wrote PATH`` for each. The panels sit in a grid
+(see ``figures.panel_grid``), each with a y-axis label. Each panel's x
+axis says what it counts (iteration, or epoch for per-epoch summaries and
 validation), legends sit outside the axes, losses spanning more than a
 decade are drawn on a log axis (or always with ``--log-loss``) and bands
 never leave the range of the values (nor [0, 1] for bounded quantities).
@@ -27,14 +32,24 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from figures import colorbar, one_value, save, title  # noqa: E402
+from figures import colorbar, one_value, panel_grid, save, title  # noqa
 from plot_curves import Series, load_scalars  # noqa: E402
 
 QUANTILE = re.compile(r'p(\d{1,2}(?:\.\d+)?)$')
 BASE_STATS = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
-MODULE_PANELS = (('act', 'activation scale (rms)'), ('grad_norm',
-                                                     'gradient norm'),
-                 ('update_ratio', 'update ratio ||dw|| / ||w||'))
+# ModuleStatsHook's per-module statistics in the order drawn (any other
+# statistic found is drawn after them, under its key)
+MODULE_PANELS = (
+    ('act', 'activation scale (rms)'),
+    ('grad_norm', 'gradient norm'),
+    ('weight_norm', 'weight norm'),
+    ('update_ratio', 'update ratio ||dw|| / ||w||'),
+    ('exp_avg_norm', 'first moment ||m||'),
+    ('exp_avg_cos', 'cos(grad, m)'),
+    ('exp_avg_sq_sqrt_norm', 'second moment ||sqrt(v)||'),
+    ('momentum_buffer_norm', 'momentum buffer norm'),
+    ('momentum_buffer_cos', 'cos(grad, momentum buffer)'),
+)
 
 
 def find_scalars(work_dir: str) -> str:
@@ -148,13 +163,36 @@ def draw_name(ax,
         ax.set_yscale('log')
     ax.set_title(name)
     ax.set_xlabel(x_label)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(name.rsplit('/', 1)[-1])
+    steps = {s for v in stats.values() if v is not None for s in v[0]}
+    if len(steps) == 1:  # one point (one epoch): its step, not fractions
+        ax.set_xticks(sorted(steps))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator('auto', integer=True))
     ax.grid(alpha=0.3)
     ax.legend(
         fontsize='small',
         loc='upper left',
         bbox_to_anchor=(1.01, 1),
         borderaxespad=0)
+
+
+def module_stats(series: Series, prefix: str,
+                 modules_prefix: str) -> List[str]:
+    """The per-module statistics in ``series`` (the ``<stat>`` of the keys
+    ``<prefix>/<modules_prefix>/<module>/<stat>/mean``), those of
+    ``MODULE_PANELS`` first in its order, then any other by name; the
+    hook's per-run names (``total_grad_norm``, ``instrument_ms``) are not
+    per module."""
+    head = f'{prefix}/{modules_prefix}/'
+    found = set()
+    for key in series:
+        if key.startswith(head) and key.endswith('/mean'):
+            module, _, stat = key[len(head):-len('/mean')].rpartition('/')
+            if module:
+                found.add(stat)
+    known = [stat for stat, _ in MODULE_PANELS if stat in found]
+    return known + sorted(found - set(known))
 
 
 def module_matrix(series: Series, prefix: str, modules_prefix: str,
@@ -188,44 +226,52 @@ def modules_figure(series: Series,
                    modules_prefix: str,
                    x_label: str = 'iteration',
                    scalars_path: str = ''):
-    """The heat maps of ModuleStatsHook's statistics (a matplotlib
-    Figure), titled with the run of ``scalars_path``; None without
-    them."""
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import LogNorm
-    panels = [(stat, what, module_matrix(series, prefix, modules_prefix, stat))
-              for stat, what in MODULE_PANELS]
-    panels = [p for p in panels if p[2][0]]
+    """The heat maps of ModuleStatsHook's statistics, one per statistic of
+    :func:`module_stats` (a matplotlib Figure), titled with the run of
+    ``scalars_path``; None without them."""
+    described = dict(MODULE_PANELS)
+    panels = [(stat, described.get(stat, stat),
+               module_matrix(series, prefix, modules_prefix, stat))
+              for stat in module_stats(series, prefix, modules_prefix)]
     if not panels:
         return None
     rows = max(len(p[2][0]) for p in panels)
-    fig, axes = plt.subplots(
-        len(panels),
-        1,
-        squeeze=False,
-        figsize=(9, (1.2 + 0.3 * rows) * len(panels)))
-    for ax, panel in zip(axes[:, 0], panels):
-        stat, what, (names, steps, matrix) = panel
-        positive = matrix[np.isfinite(matrix) & (matrix > 0)]
-        norm = LogNorm(positive.min(), positive.max()) if positive.size \
-            else None
-        mesh = ax.imshow(
-            np.where(matrix > 0, matrix, np.nan),
-            norm=norm,
-            aspect='auto',
-            interpolation='nearest',
-            cmap='viridis')
-        ax.set_yticks(range(len(names)), names, fontsize='small')
-        ticks = np.linspace(0, len(steps) - 1, min(len(steps), 8)).round()
-        ax.set_xticks(ticks, [f'{steps[int(t)]:g}' for t in ticks])
-        ax.set_xlabel(x_label)
-        only = one_value(positive)
-        ax.set_title(f'{what}: {only:.3g} everywhere'
-                     if only is not None else f'{what} (log colour scale)')
-        colorbar(fig, mesh, ax, f'{what} ({stat})', positive)
+    fig, axes = panel_grid(len(panels), 5.2, 1.6 + 0.25 * rows)
+    for ax, (stat, what, matrix) in zip(axes, panels):
+        _heat_map(fig, ax, stat, what, matrix, x_label)
     title(fig, 'ModuleStatsHook', osp.dirname(scalars_path))
-    fig.tight_layout()
     return fig
+
+
+def _heat_map(fig, ax, stat: str, what: str,
+              matrix: Tuple[List[str], np.ndarray,
+                            np.ndarray], x_label: str) -> None:
+    """One panel of :func:`modules_figure`: a log colour scale where every
+    value is positive and the statistic is not a cosine, else linear."""
+    from matplotlib.colors import LogNorm, Normalize
+    names, steps, values = matrix
+    finite = values[np.isfinite(values)]
+    log = finite.size > 0 and finite.min() > 0 and not stat.endswith('_cos')
+    norm = (LogNorm if log else Normalize)(
+        finite.min(), finite.max()) if finite.size else None
+    mesh = ax.imshow(
+        values,
+        norm=norm,
+        aspect='auto',
+        interpolation='nearest',
+        cmap='viridis')
+    ax.set_yticks(range(len(names)), names, fontsize='small')
+    ax.set_ylabel('module')
+    ticks = np.linspace(0, len(steps) - 1, min(len(steps), 8)).round()
+    ax.set_xticks(ticks, [f'{steps[int(t)]:g}' for t in ticks])
+    ax.set_xlabel(x_label)
+    only = one_value(finite)
+    scale = 'log' if log else 'linear'
+    ax.set_title(
+        f'{what}: {only:.3g} everywhere'
+        if only is not None else f'{what} ({scale} colour scale)',
+        fontsize='medium')
+    colorbar(fig, mesh, ax, stat, finite)
 
 
 def names_figure(series: Series,
@@ -236,11 +282,9 @@ def names_figure(series: Series,
                  scalars_path: str = ''):
     """One panel per reported name (see :func:`draw_name`); a Figure
     titled with the run of ``scalars_path``."""
-    import matplotlib.pyplot as plt
     val_by_epoch, stats_by_epoch = units
-    fig, axes = plt.subplots(
-        len(names), 1, squeeze=False, figsize=(8, 2.6 * len(names)))
-    for ax, name in zip(axes[:, 0], names):
+    fig, axes = panel_grid(len(names), 5.0, 3.0)
+    for ax, name in zip(axes, names):
         is_val = name.startswith(('val/', 'test/'))
         by_epoch = val_by_epoch if is_val else stats_by_epoch
         draw_name(
@@ -251,7 +295,6 @@ def names_figure(series: Series,
             'epoch' if by_epoch else 'iteration',
             log_y=True if log_loss and 'loss' in name else None)
     title(fig, 'StatsCollectorHook', osp.dirname(scalars_path))
-    fig.tight_layout()
     return fig
 
 
@@ -262,8 +305,8 @@ def main(argv=None) -> str:
     parser.add_argument(
         '--keys',
         nargs='+',
-        help='reported names, e.g. '
-        'loss model/feat_norm (default: all but modules)')
+        help='reported names, e.g. loss model/feat_norm (default: all '
+        "but the per-module ones, which modules.png draws)")
     parser.add_argument(
         '--prefix', default='stats', help="StatsCollectorHook's prefix")
     parser.add_argument(
@@ -287,7 +330,8 @@ def main(argv=None) -> str:
     series = load_scalars(path)
     available = sorted(reported_names(series, args.prefix))
     keys = args.keys or [
-        n for n in available if not n.startswith(args.modules_prefix + '/')
+        n for n in available
+        if not n.startswith(args.modules_prefix + '/') or n.count('/') == 1
     ]
     missing = [k for k in keys if k not in available]
     if missing or not keys:

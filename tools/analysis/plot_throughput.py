@@ -52,10 +52,10 @@ def throughput_figure(series: Series, scalars_path: str = ''):
     import matplotlib.pyplot as plt
     fig, (top, bottom) = plt.subplots(
         2, 1, figsize=(8, 5.5), sharex=True, constrained_layout=True)
+    top.set_ylabel('samples / s (all ranks)')
     if 'throughput/samples_per_s' in series:
         steps, values = series['throughput/samples_per_s']
         top.plot(steps, values, 'o-', color='C0', label='samples/s')
-        top.set_ylabel('samples / s (all ranks)')
         top.set_ylim(bottom=0)
     if 'throughput/mfu' in series:
         right = top.twinx()
