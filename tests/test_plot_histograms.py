@@ -18,9 +18,8 @@ sys.path.insert(
     0, osp.join(osp.dirname(osp.dirname(__file__)), 'tools', 'analysis'))
 import plot_histograms  # noqa: E402
 
-from tests.helpers.figures import colorbar_labels  # noqa: E402
-from tests.helpers.figures import (assert_readable, panels,  # noqa: E402
-                                   suptitle, wrote)
+import tests.helpers.figures as drawn  # noqa: E402
+from tests.helpers.figures import colorbar_labels, suptitle, wrote  # noqa
 
 
 def _hist(values, limits):
@@ -62,7 +61,7 @@ def test_one_share_everywhere_draws_no_colour_bar():
         f'stats/lr/hist (all ranks)\n{plot_histograms.SHARE}: 1 everywhere')
     assert spread_ax.get_title() == 'stats/a/hist (all ranks)'
     assert suptitle(fig) == 'histograms of StatsCollectorHook: x'
-    assert_readable(fig)
+    drawn.assert_readable(fig)
 
 
 def test_draws_the_histograms_of_a_real_run(tmp_path, clean_mmengine, capsys):
@@ -105,12 +104,12 @@ def test_draws_the_histograms_of_a_real_run(tmp_path, clean_mmengine, capsys):
     assert suptitle(fig) == ('histograms of StatsCollectorHook: '
                              f'{tmp_path.name}/{runner.timestamp}')
     assert colorbar_labels(fig) == [plot_histograms.SHARE] * 2
-    assert [ax.get_title() for ax in panels(fig)] == [
+    assert [ax.get_title() for ax in drawn.panels(fig)] == [
         'stats/model/feat_norm/hist (all ranks)',
         'stats/val/model/feat_norm/hist (all ranks)'
     ]
     # no texts overlapping or cut, a grid, y labels; min/max named once
-    assert_readable(fig)
+    drawn.assert_readable(fig)
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ['min', 'max']
     other = str(tmp_path / 'h.png')
     assert plot_histograms.main([str(tmp_path), '--out', other]) == other

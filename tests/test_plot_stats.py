@@ -21,9 +21,8 @@ import plot_curves  # noqa: E402
 import plot_stats  # noqa: E402
 from plot_curves import load_scalars  # noqa: E402
 
-from tests.helpers.figures import colorbar_labels  # noqa: E402
-from tests.helpers.figures import (assert_readable, panels,  # noqa: E402
-                                   suptitle, wrote)
+import tests.helpers.figures as drawn  # noqa: E402
+from tests.helpers.figures import colorbar_labels, suptitle, wrote  # noqa
 
 
 @pytest.fixture(autouse=True)
@@ -239,10 +238,10 @@ def _readable_pictures(work_dir, optimizer_stats):
             } | optimizer_stats <= collected
     modules = plot_stats.modules_figure(
         series, 'stats', 'modules', scalars_path=path)
-    assert_readable(modules)
+    drawn.assert_readable(modules)
     # a panel per statistic, each with its colour bar (none is one value)
     assert sorted(colorbar_labels(modules)) == sorted(collected)
-    assert len(panels(modules)) == len(collected)
+    assert len(drawn.panels(modules)) == len(collected)
     names = sorted(
         n for n in plot_stats.reported_names(series, 'stats')
         if not n.startswith('modules/') or n.count('/') == 1)
@@ -253,10 +252,10 @@ def _readable_pictures(work_dir, optimizer_stats):
         'stats',
         plot_stats.epoch_units(path),
         scalars_path=path)
-    assert_readable(stats)
-    assert sorted(ax.get_title() for ax in panels(stats)) == names
+    drawn.assert_readable(stats)
+    assert sorted(ax.get_title() for ax in drawn.panels(stats)) == names
     assert stats.get_size_inches()[0] > stats.get_size_inches()[1]  # a grid
-    assert_readable(plot_curves.curves_figure(series, path))
+    drawn.assert_readable(plot_curves.curves_figure(series, path))
 
 
 def test_real_run_figures_read_at_a_glance(real_run):

@@ -17,9 +17,8 @@ sys.path.insert(
 import plot_throughput  # noqa: E402
 from plot_curves import load_scalars  # noqa: E402
 
-from tests.helpers.figures import colorbar_labels  # noqa: E402
-from tests.helpers.figures import (assert_readable, suptitle,  # noqa: E402
-                                   wrote)
+import tests.helpers.figures as drawn  # noqa: E402
+from tests.helpers.figures import colorbar_labels, suptitle, wrote  # noqa
 
 
 def _write(path, records):
@@ -66,7 +65,7 @@ def test_png_with_mfu_and_the_ranks_of_the_peaks(tmp_path, capsys):
     assert [ax.get_title() for ax in fig.axes[:2]] == [
         'throughput of each interval', 'peak memory of each interval'
     ]
-    assert_readable(fig)  # with MFU's axis and the colour bar
+    drawn.assert_readable(fig)  # with MFU's axis and the colour bar
 
 
 def test_one_rank_draws_no_rank_colour_bar(tmp_path):
@@ -109,5 +108,5 @@ def test_real_run_figure_reads_at_a_glance(tmp_path, clean_mmengine):
     series = load_scalars(path)
     assert len(series['throughput/samples_per_s'][0]) == 3
     fig = plot_throughput.throughput_figure(series, path)
-    assert_readable(fig)
+    drawn.assert_readable(fig)
     assert fig.axes[1].get_legend().get_texts()  # the memory it published
