@@ -108,9 +108,10 @@ def each_warning_once() -> Iterator[None]:
     a library's ``ignore``, ``error``): only the repeats of what they let
     through are dropped, at display time. A ``'once'`` filter would not
     do: it would unhide the DeprecationWarnings Python hides by default,
-    and a library's own ``simplefilter('always')`` (torch's ShardedTensor
-    deprecations) comes before it. Python's ``'default'`` action
-    remembers a warning per module and line, and forgets it whenever any
+    and a library's own ``simplefilter('always')`` comes before it.
+    Python's ``'default'`` action remembers a warning per module and line
+    (torch's ShardedTensor deprecation comes from three lines of FSDP's
+    state-dict code), and forgets them all whenever any
     code changes the filters (every ``warnings.catch_warnings()``):
     torch's deprecated collectives, which DeepSpeed calls on every step,
     came back 54 times in a 2-process demo run. Warnings that libraries log

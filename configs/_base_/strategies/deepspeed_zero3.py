@@ -12,7 +12,11 @@
 runner_type = 'FlexibleRunner'
 strategy = dict(
     type='mmstats.DeepSpeedStrategy',
-    # your config's torch optimizer (SGD, AdamW, ...) under ZeRO
+    # your config's torch optimizer under ZeRO: without it DeepSpeed refuses
+    # every optimizer but Adam, AdamW, Adagrad and its own (SGD: "You are
+    # using an untested ZeRO Optimizer"); with it, such an optimizer gets one
+    # line on rank 0, "You are using ZeRO with an untested optimizer"
+    # (docs/launching.md). Adam / AdamW: no line.
     config=dict(zero_allow_untested_optimizer=True),
     zero_optimization=dict(stage=3),
     gradient_accumulation_steps=1)
