@@ -514,6 +514,28 @@ BUGS = [
         "    utils.MODULE2PACKAGE.setdefault('mmstats', 'mmstats')",
         '    pass', ('tests/test_integrations/test_launch_strategies.py::'
                      'test_the_launcher_resolves_mmstats_fragments', )),
+    Bug('WR1', "the log line names the smallest update ratio's module",
+        'mmstats/module_stats/summary.py',
+        '            if largest is None or key > largest[0]:',
+        '            if largest is None or key < largest[0]:',
+        ('tests/test_hooks/test_what_a_person_reads.py', )),
+    Bug('WR2', 'scalars.json gets a record per writer again',
+        'mmstats/utils/step_records.py',
+        '        index = None if not lines else self._joinable(record)',
+        '        index = None',
+        ('tests/test_hooks/test_what_a_person_reads.py', )),
+    Bug('WR3', 'a norm published with its spread over ranks (always 0)',
+        'mmstats/hooks/text_line.py',
+        "        if kind == 'replicated' or (kind == 'per_rank'",
+        "        if kind == 'never' or (kind == 'per_rank'",
+        ('tests/test_hooks/test_what_a_person_reads.py', )),
+    Bug(
+        'WR4', 'the non-finite report buries the origin after the names',
+        'mmstats/health/nonfinite.py',
+        "    lines.append(f'non-finite values at {when}: ' + "
+        "'; '.join(parts))",
+        "    lines.insert(0, f'non-finite values at {when}: ' + "
+        "'; '.join(parts))", ('tests/test_hooks/test_nonfinite_origin.py', )),
 ]
 
 

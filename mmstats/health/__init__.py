@@ -13,11 +13,12 @@ only when a publication found one). ``docs/spikes_histograms.md``,
 """
 from .histograms import Histogram, numpy_histogram, sketch_histogram
 from .nonfinite import (NonfiniteWatch, describe_origins, gather_origins,
-                        rank_origin)
-from .spikes import Spike, SpikeDetector, SpikeError
+                        nonfinite_message, rank_origin)
+from .spikes import (Spike, SpikeDetector, SpikeError, describe_spikes,
+                     spike_message)
 
 __all__ = [
     'Histogram', 'sketch_histogram', 'numpy_histogram', 'NonfiniteWatch',
-    'rank_origin', 'gather_origins', 'describe_origins', 'Spike',
-    'SpikeDetector', 'SpikeError'
+    'rank_origin', 'gather_origins', 'describe_origins', 'nonfinite_message',
+    'Spike', 'SpikeDetector', 'SpikeError', 'describe_spikes', 'spike_message'
 ]

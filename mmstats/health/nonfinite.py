@@ -29,7 +29,7 @@ __all__ = [
 NEVER = 2**62
 FORWARD, BACKWARD = 0, 1
 #: names listed in the text (sorted); the others are counted
-MAX_NAMES = 10
+MAX_NAMES = 5
 #: ranks listed per finding; the others are counted
 MAX_RANKS = 8
 #: notes a watch keeps before checking them in one batch
@@ -246,12 +246,18 @@ def _ranks(origins: List[dict]) -> str:
     return f"rank{'s' if len(origins) > 1 else ''} {hosts}"
 
 
-def describe_origins(origins: List[dict], bad: Dict[str, int]) -> str:
-    """The text naming, for each name of ``bad`` (``{name: count over all
-    ranks}``), the ranks and hosts that saw its NaN/inf values, and the
-    first module whose forward output (and gradient, in backward order) was
-    non-finite, at which iteration, on which ranks. The same on every rank
-    given the same ``origins``.
+def describe_origins(origins: List[dict],
+                     bad: Dict[str, int],
+                     when: str = 'this interval') -> str:
+    """The non-finite report, origin first: one line per first non-finite
+    module output (forward order) and gradient (backward order), each with
+    its iteration, ranks and hosts; then one line with what else went
+    non-finite over the interval ``when``: each name of ``bad``
+    (``{name: count over all ranks}``; names not from ModuleStatsHook
+    first, at most ``MAX_NAMES``) with the ranks and hosts that saw it.
+    Without a module origin the names' line comes first. Bounded: at most
+    ``MAX_NAMES`` names and ``MAX_RANKS`` ranks each. The same on every
+    rank given the same ``origins``.
 
     Example:
         >>> origins = [
@@ -259,17 +265,12 @@ def describe_origins(origins: List[dict], bad: Dict[str, int]) -> str:
         ...     dict(rank=1, host='b', names={'loss': 3}, modules=[dict(
         ...         forward=(5, 1, 'layer1'), backward=None,
         ...         every_iteration=True)])]
-        >>> print(describe_origins(origins, {'loss': 3}))
-        loss (3 NaN/inf) on rank 1 (b); first non-finite module \
-output: 'layer1' at iteration 5 on rank 1 (b) (watched every iteration)
+        >>> print(describe_origins(origins, {'loss': 3}, 'iteration 6'))
+        first non-finite module output: 'layer1' at iteration 5 on rank 1 \
+(b) (watched every iteration)
+        non-finite values at iteration 6: loss (3 NaN/inf) on rank 1 (b)
     """
-    parts = []
-    for name in sorted(bad)[:MAX_NAMES]:
-        seen = [o for o in origins if o['names'].get(name)]
-        where = f' on {_ranks(seen)}' if seen else ''
-        parts.append(f'{name} ({bad[name]} NaN/inf){where}')
-    if len(bad) > MAX_NAMES:
-        parts.append(f'and {len(bad) - MAX_NAMES} names more')
+    lines = []
     for key, what, sign in (('forward', 'output', 1),
                             ('backward', 'gradient (backward)', -1)):
         found = [(m[key], m['every_iteration'], o) for o in origins
@@ -280,10 +281,34 @@ output: 'layer1' at iteration 5 on rank 1 (b) (watched every iteration)
                               key=lambda f: (f[0], sign * f[1]))
         ranks = [o for f, _, o in found if f == (it, pos, module)]
         every = all(e for _, e, _ in found)
-        parts.append(f"first non-finite module {what}: '{module}' at "
+        lines.append(f"first non-finite module {what}: '{module}' at "
                      f'iteration {it} on {_ranks(ranks)} (' +
                      ('watched every iteration'
                       if every else 'seen on an instrumented iteration; '
                       'ModuleStatsHook(watch_nonfinite=True) watches '
                       'every iteration') + ')')
-    return '; '.join(parts)
+    parts = []
+    # the names a user reported (loss, ...) before the per-module ones
+    ordered = sorted(bad, key=lambda n: (n.startswith('modules/'), n))
+    for name in ordered[:MAX_NAMES]:
+        seen = [o for o in origins if o['names'].get(name)]
+        where = f' on {_ranks(seen)}' if seen else ''
+        parts.append(f'{name} ({bad[name]} NaN/inf){where}')
+    if len(bad) > MAX_NAMES:
+        parts.append(f'and {len(bad) - MAX_NAMES} names more')
+    lines.append(f'non-finite values at {when}: ' + '; '.join(parts))
+    return '\n'.join(lines)
+
+
+def nonfinite_message(owner: str, origins: List[dict], bad: Dict[str, int],
+                      when: str) -> str:
+    """The warning (or ``FloatingPointError``) text of ``owner``:
+    :func:`describe_origins`, its first line after ``owner``, the others
+    indented below it.
+
+    Example:
+        >>> print(nonfinite_message('Hook', [], {'loss': 1}, 'iteration 4'))
+        Hook: non-finite values at iteration 4: loss (1 NaN/inf)
+    """
+    text = describe_origins(origins, bad, when)
+    return f'{owner}: ' + text.replace('\n', '\n    ')

@@ -148,17 +148,34 @@ class SpikeDetector:
 
 def describe_spikes(spikes: Sequence[Spike], stat: str,
                     ranks: Mapping[str, int]) -> str:
-    """The text of ``spikes`` of statistic ``stat``, each with the rank
-    that reported the largest value of its name (``ranks``).
+    """The text of ``spikes`` of statistic ``stat``, one line each, what
+    first: the name, how much, the rank that reported the largest value
+    of the name (``ranks``).
 
     Example:
         >>> describe_spikes([Spike('loss', 40., 2., 20., 5)], 'max',
         ...                 {'loss': 3})
-        'loss max 40 is 20x the median 2 of its last 5 publications \
-(largest value from rank 3)'
+        'loss: max 40 is 20x the median 2 of its last 5 publications, \
+largest value from rank 3'
     """
-    return '; '.join(
-        f'{spike.name} {stat} {spike.value:.6g} is '
+    return '\n'.join(
+        f'{spike.name}: {stat} {spike.value:.6g} is '
         f'{spike.ratio:.3g}x the median {spike.median:.6g} of its last '
-        f'{spike.count} publications '
-        f'(largest value from rank {ranks[spike.name]})' for spike in spikes)
+        f'{spike.count} publications, '
+        f'largest value from rank {ranks[spike.name]}' for spike in spikes)
+
+
+def spike_message(owner: str, spikes: Sequence[Spike], stat: str,
+                  ranks: Mapping[str, int], when: str) -> str:
+    """The warning (or :class:`SpikeError`) text of ``owner``: one line per
+    spike, what first (:func:`describe_spikes`), the first with ``when``.
+
+    Example:
+        >>> print(spike_message('Hook', [Spike('loss', 40., 2., 20., 5)],
+        ...                     'max', {'loss': 3}, 'iteration 9'))
+        Hook: spike in loss: max 40 is 20x the median 2 of its last 5 \
+publications, largest value from rank 3 at iteration 9
+    """
+    lines = describe_spikes(spikes, stat, ranks).split('\n')
+    lines[0] += f' at {when}'
+    return f'{owner}: spike in ' + '\n    spike in '.join(lines)

@@ -9,9 +9,12 @@ and a hook that needs it looks it up among the Runner's hooks by class.
 - :class:`NonfiniteOriginSource` (ModuleStatsHook with its watch): where
   a non-finite value started. StatsCollectorHook asks every source when a
   publication finds NaN/inf values (:func:`nonfinite_origins`).
+- :class:`PublishedNames` (ModuleStatsHook): what its names say on the log
+  line, and which of them hold one value per publication. StatsCollectorHook
+  asks every such hook at each publication (:func:`published_names`).
 """
 from __future__ import annotations
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 
 from .schedule import find_hook
 
@@ -19,8 +22,9 @@ if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import Runner
 
 __all__ = [
-    'StatisticsPublisher', 'NonfiniteOriginSource', 'find_publisher',
-    'nonfinite_origins'
+    'StatisticsPublisher', 'NonfiniteOriginSource', 'PublishedNames',
+    'find_publisher', 'nonfinite_origins', 'published_names',
+    'single_value_kind'
 ]
 
 
@@ -61,6 +65,35 @@ class NonfiniteOriginSource:
         raise NotImplementedError
 
 
+class PublishedNames:
+    """A hook whose reported names need more than their statistics says
+    what the log line shows of them and which hold one value per
+    publication.
+
+    Example:
+        >>> class Total(PublishedNames):
+        ...     def line_summary(self, results):
+        ...         return {'total': results['total']['mean']}
+        ...     def single_value_kind(self, name):
+        ...         return 'replicated' if name == 'total' else None
+        >>> Total().line_summary({'total': {'mean': 2.0}})
+        {'total': 2.0}
+    """
+
+    def line_summary(self,
+                     results: Mapping[str,
+                                      Mapping[str,
+                                              float]]) -> Dict[str, float]:
+        """The log line's keys and values summarising a publication's
+        ``results`` (``{name: {stat: value}}`` over all ranks)."""
+        raise NotImplementedError
+
+    def single_value_kind(self, name: str) -> Optional[str]:
+        """``'replicated'`` (one value per publication, the same on every
+        rank), ``'per_rank'`` (one per rank) or None (any number)."""
+        raise NotImplementedError
+
+
 def find_publisher(runner: Runner) -> Optional[StatisticsPublisher]:
     """The Runner's hook that publishes the training statistics, or None.
 
@@ -89,3 +122,33 @@ def nonfinite_origins(runner: Runner) -> List[dict]:
         if isinstance(hook, NonfiniteOriginSource)
         for origin in hook.nonfinite_origin()
     ]
+
+
+def published_names(runner: Runner) -> List[PublishedNames]:
+    """The Runner's hooks that say how their names are published.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> published_names(SimpleNamespace(hooks=[object()]))
+        []
+    """
+    return [
+        hook for hook in getattr(runner, 'hooks', ())
+        if isinstance(hook, PublishedNames)
+    ]
+
+
+def single_value_kind(sources: List[PublishedNames],
+                      name: str) -> Optional[str]:
+    """The first answer of ``sources`` (:class:`PublishedNames`) on whether
+    ``name`` holds one value per publication, or None.
+
+    Example:
+        >>> single_value_kind([], 'modules/head/grad_norm') is None
+        True
+    """
+    for source in sources:
+        kind = source.single_value_kind(name)
+        if kind is not None:
+            return kind
+    return None

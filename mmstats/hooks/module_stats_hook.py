@@ -24,7 +24,8 @@ from torch import nn
 
 from mmstats.health import NonfiniteWatch
 from mmstats.module_stats import (ActivationProbes, ModuleNorms, StepProbe,
-                                  build_step_probes, in_backward)
+                                  build_step_probes, in_backward, line_summary,
+                                  single_value_kind)
 from mmstats.registry import HOOKS
 from mmstats.sharding import ParamLayout, unwrap_model
 from mmstats.stats import report
@@ -32,8 +33,8 @@ from mmstats.utils.args import (check_bool, check_keywords, check_names,
                                 check_str, compile_regex,
                                 refuse_second_instance, unmatched_alternatives)
 from mmstats.utils.torch_compat import COMPILED_OPS, require_torch
-from .interfaces import (NonfiniteOriginSource, StatisticsPublisher,
-                         find_publisher)
+from .interfaces import (NonfiniteOriginSource, PublishedNames,
+                         StatisticsPublisher, find_publisher)
 from .schedule import PublicationSchedule, last_step_before_publication
 from .strategies import refuse_unchecked_strategy
 
@@ -48,7 +49,7 @@ MODULE_STATS = ('act', 'grad_norm', 'weight_norm', 'update_ratio')
 
 @HOOKS.register_module()
 @check_keywords
-class ModuleStatsHook(Hook, NonfiniteOriginSource):
+class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
     """Report activation, gradient and update statistics of the modules
     whose names match ``modules``, on the iterations where the statistics
     are published.
@@ -85,6 +86,15 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource):
       ``<prefix>/<name>/momentum_buffer_norm`` and
       ``<prefix>/<name>/momentum_buffer_cos``. A state the optimizer does
       not keep gives no name (``docs/optimizer_state.md``).
+
+    A norm, ratio or cosine is one value per publication, the same on every
+    rank: StatsCollectorHook publishes only its value
+    (``<prefix>/<name>/grad_norm/mean``, no ``std``/``min``/``max``);
+    ``instrument_ms`` keeps its spread over ranks where there are several.
+    LoggerHook's line shows a summary: ``<prefix>/total_grad_norm`` and the
+    largest update ratio as ``<prefix>/max_update_ratio@<module>``
+    (:func:`mmstats.module_stats.line_summary`); everything else goes to
+    ``scalars.json`` and TensorBoard (``docs/logging.md``).
 
     Forward hooks and optimizer step hooks (one pair per optimizer, so an
     ``OptimWrapperDict`` works too) are registered once in ``before_train``,
@@ -425,6 +435,16 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource):
         if self._watch is None:
             return []
         return [dict(self._watch.take(), every_iteration=self.watch_nonfinite)]
+
+    def line_summary(self, results: dict) -> Dict[str, float]:
+        """The log line's summary of a publication: the total gradient
+        norm and the largest update ratio with its module."""
+        return line_summary(results, self.prefix)
+
+    def single_value_kind(self, name: str) -> Optional[str]:
+        """Whether ``name`` holds one value per publication (on every
+        rank: ``'replicated'``; on each: ``'per_rank'``)."""
+        return single_value_kind(name, self.prefix)
 
     def remove(self) -> None:
         """Remove every forward and optimizer step hook."""

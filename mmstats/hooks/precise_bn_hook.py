@@ -22,6 +22,7 @@ from mmstats.run_description import log_run_description
 from mmstats.sharding import is_sharded, unwrap_model
 from mmstats.utils.args import (check_bool, check_keywords, check_positive_int,
                                 refuse_second_instance)
+from mmstats.utils.step_records import join_step_records
 from .schedule import PublicationSchedule, find_hook
 from .strategies import refuse_unchecked_strategy
 
@@ -143,6 +144,7 @@ class PreciseBNHook(Hook):
         refuse_unchecked_strategy(runner, OWNER)
         refuse_second_instance(OWNER, runner.hooks, PreciseBNHook)
         self._schedule = PublicationSchedule(runner)
+        join_step_records(runner.visualizer)  # one scalars.json record/step
 
     def before_train(self, runner: Runner) -> None:
         """Decide this run's schedule (``by_epoch=None`` follows the loop),

@@ -6,23 +6,26 @@ the visualizers, the message hub and LoggerHook's line
 them. Its argument checks are :mod:`.stats_collector_args`."""
 from __future__ import annotations
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
+from mmengine.dist import get_world_size
 from mmengine.hooks import Hook
 from mmengine.hooks.hook import DATA_BATCH
 from mmengine.logging import print_log
 
 from mmstats.dist import slowest_rank
-from mmstats.health import (SpikeDetector, SpikeError, describe_origins,
-                            gather_origins, rank_origin)
+from mmstats.health import (SpikeDetector, SpikeError, gather_origins,
+                            nonfinite_message, rank_origin, spike_message)
 from mmstats.health.histogram_writer import histogram_writers, write_histograms
 from mmstats.health.histograms import MAX_BUCKETS
-from mmstats.health.spikes import describe_spikes
 from mmstats.registry import HOOKS
 from mmstats.stats import Collector, phase, report
 from mmstats.utils.args import (check_keywords, compile_regex,
                                 refuse_second_instance)
-from .interfaces import StatisticsPublisher, nonfinite_origins
+from mmstats.utils.step_records import join_step_records
+from .interfaces import (StatisticsPublisher, nonfinite_origins,
+                         published_names, single_value_kind)
 from .schedule import PublicationSchedule
 from .stats_collector_args import (check_collector_args, check_health_args,
                                    optional_regex, quantile_levels)
@@ -108,12 +111,11 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         log_regex (str): Names (without ``val/``/``test/``) whose
             statistics the text line shows (``re.fullmatch``); the others
             go to the visualizers only. Defaults to ``'(?!modules/).*'``:
-            all but ModuleStatsHook's.
-        hub_regex (str, optional): Names (without ``val/``/``test/``) whose
-            statistics also go to the message hub as
-            ``<prefix>/<name>/<stat>`` (~10 us per key and publication), for
-            a hook of your own. None: none (the hub always holds the text
-            line's keys for LoggerHook). Defaults to None.
+            all but ModuleStatsHook's, whose summary (total gradient norm,
+            largest update ratio) the line shows instead.
+        hub_regex (str, optional): Names whose statistics also go to the
+            message hub as ``<prefix>/<name>/<stat>`` (~10 us per key and
+            publication), for a hook of your own. Defaults to None.
         spike_regex (str, optional): Training names (``re.fullmatch``)
             watched for spikes: a publication whose ``spike_stat`` over all
             ranks exceeds ``spike_factor`` times the median of the name's
@@ -241,6 +243,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         self._hist_match = None if self.histogram_regex is None else (
             NameMatch(self.histogram_regex))
         self._hist_writers: list = []  # rank 0's TensorBoard / W&B backends
+        self._summaries: list = []  # hooks that summarise their names
         if self.spikes is not None:
             self.spikes.load_state_dict(self._resumed_spikes or {})
         self._time_sum = 0.0
@@ -255,6 +258,10 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         self.schedule = PublicationSchedule(runner, self.interval,
                                             self.by_epoch)
         self._start_run()
+        self._summaries = published_names(runner)
+        self._layout.single_value = partial(single_value_kind, self._summaries)
+        self._layout.world_size = get_world_size()
+        join_step_records(runner.visualizer)
         if self.histogram_regex is not None:
             self._hist_writers = histogram_writers(runner.visualizer)
         self.collectors = {
@@ -307,14 +314,11 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         return (f'iteration {last} (iterations {first}-{last} since the '
                 'previous publication')
 
-    def _check_nonfinite(self,
-                         runner: Runner,
-                         results: dict,
-                         mode: str = 'train') -> None:
+    def _check_nonfinite(self, runner: Runner, results: dict,
+                         mode: str) -> None:
         """Warn or raise, on every rank together, when the reduced
         statistics hold NaN/inf counts; only then one ``all_gather_object``
-        tells which ranks (hosts) saw them and, from a ModuleStatsHook's
-        watch, where they started (``docs/nonfinite.md``)."""
+        (``docs/nonfinite.md``)."""
         bad = {
             name: int(values['nonfinite'])
             for name, values in results.items() if values['nonfinite']
@@ -327,9 +331,9 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         modules = nonfinite_origins(runner) if mode == 'train' else []
         origins = gather_origins(rank_origin(local, modules))
         # every rank formats the same text from the same gathered list
-        message = (f'StatsCollectorHook: non-finite values reported at '
-                   f'{self._iterations_text(mode)}, over all ranks): '
-                   f'{describe_origins(origins, bad)}')
+        message = nonfinite_message(
+            OWNER, origins, bad, f'{self._iterations_text(mode)}, over all '
+            'ranks)')
         if self.on_nonfinite == 'raise':  # same data on every rank
             raise FloatingPointError(message)
         print_log(message, 'current', level=logging.WARNING)
@@ -351,12 +355,17 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
                 every[f'{self.prefix}/data_time/slowest_rank'] = slowest
         self._layout.to_hub_history(runner.message_hub, every)
         if self._hist_writers:  # before the scalars: W&B's commit
-            self._write_histograms(mode, results, step)
+            write_histograms(self._hist_writers, self.collectors[mode],
+                             results, self._hist_match, self._layout.source,
+                             f'{self.prefix}/', self.histogram_buckets, step)
         if every:
             runner.visualizer.add_scalars(every, step=step)
         if spiked is not None:  # every rank, the numbers written
             raise SpikeError(spiked)
         text = self._layout.scalars(results, text=True)
+        if mode == 'train':
+            for source in self._summaries:
+                text.update(source.line_summary(results))
         if logged:
             self._layout.to_text_line(runner, mode, text)
         return text
@@ -364,9 +373,8 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
     def _check_spikes(self, runner: Runner, mode: str,
                       results: dict) -> Optional[str]:
         """Feed the watched training names' new ``spike_stat`` to the
-        detector (the same on every rank); warn about spikes, naming the
-        rank with the largest value (a collective, only then). Returns the
-        message where ``on_spike='raise'``."""
+        detector (the same on every rank); warn about spikes (a collective,
+        only then), or return the message where ``on_spike='raise'``."""
         if self.spikes is None or mode != 'train':
             return None
         collector, source = self.collectors[mode], self._layout.source
@@ -379,23 +387,15 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         if not spikes:
             return None
         ranks = collector.largest_ranks([source(s.name) for s in spikes])
-        text = describe_spikes(spikes, self.spike_stat,
-                               {s.name: ranks[source(s.name)]
-                                for s in spikes})
-        message = (f'StatsCollectorHook: spike at '
-                   f'{self._iterations_text(mode)}, over all ranks; '
-                   f'spike_factor={self.spikes.factor:g}): {text}')
+        message = spike_message(
+            OWNER, spikes, self.spike_stat,
+            {s.name: ranks[source(s.name)]
+             for s in spikes}, f'{self._iterations_text(mode)}, over all '
+            f'ranks; spike_factor={self.spikes.factor:g})')
         if self.on_spike == 'raise':
             return message
         print_log(message, 'current', level=logging.WARNING)
         return None
-
-    def _write_histograms(self, mode: str, results: dict, step: int) -> None:
-        """The all-rank histograms of the names ``histogram_regex``
-        matches that got values now, to TensorBoard and W&B (rank 0)."""
-        write_histograms(self._hist_writers, self.collectors[mode], results,
-                         self._hist_match, self._layout.source,
-                         f'{self.prefix}/', self.histogram_buckets, step)
 
     # -- values reported in DataLoader workers ride with their batches ----
     def before_train(self, runner: Runner) -> None:

@@ -12,7 +12,8 @@ with ThroughputHook), a line of the hook's own (:func:`log_own_line`).
 from __future__ import annotations
 import logging
 import re
-from typing import TYPE_CHECKING, Any, Dict, Optional, Pattern, Sequence, Set
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Optional, Pattern,
+                    Sequence, Set, Tuple)
 
 from mmengine.logging import HistoryBuffer, MessageHub, print_log
 
@@ -23,8 +24,8 @@ if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
 
 __all__ = [
     'hub_latest', 'log_current_value', 'write_text_line', 'log_own_line',
-    'StatsLayout', 'NameMatch', 'collector_patterns', 'report_iteration_times',
-    'OUTPUTS_PREFIX', 'HUB_HISTORY', 'TIMING_NAMES'
+    'one_value_stats', 'StatsLayout', 'NameMatch', 'collector_patterns',
+    'report_iteration_times', 'OUTPUTS_PREFIX', 'HUB_HISTORY', 'TIMING_NAMES'
 ]
 
 # train_step's outputs are reported under this prefix (kept apart from a
@@ -113,6 +114,14 @@ class StatsLayout:
         flag_nonfinite (bool): Add a name's ``nonfinite`` count where it was
             seen (and is not published anyway).
         owner (str): Who warns. Defaults to 'StatsCollectorHook'.
+        single_value (callable, optional): ``name -> 'replicated' |
+            'per_rank' | None``: names that hold one value per publication
+            (on all ranks, or on each) get only their value (the first of
+            ``mean``, ``min``, ``max`` and the quantiles in ``stats``) and
+            ``nonfinite``: a spread of one value cannot vary. None: no such
+            names. Set before the first publication.
+        world_size (int): Ranks: with several, a ``'per_rank'`` name keeps
+            its spread over ranks. Defaults to 1.
 
     Attributes:
         nonfinite_names (set[str]): Names that got NaN/inf values this run.
@@ -136,13 +145,17 @@ class StatsLayout:
                  log_regex: Pattern,
                  hub_regex: Optional[Pattern],
                  flag_nonfinite: bool,
-                 owner: str = 'StatsCollectorHook') -> None:
+                 owner: str = 'StatsCollectorHook',
+                 single_value: Optional[Callable[[str], Optional[str]]] = None,
+                 world_size: int = 1) -> None:
         self.prefix = prefix
         self.stats = tuple(stats)
         self.log_stats = tuple(log_stats)
         self.log_regex = log_regex
         self.flag_nonfinite = flag_nonfinite
         self.owner = owner
+        self.single_value = single_value
+        self.world_size = world_size
         self.nonfinite_names: set = set()
         self._hub = None if hub_regex is None else NameMatch(hub_regex)
         self._sources: Dict[str, str] = {}  # published name -> collector's
@@ -228,6 +241,11 @@ class StatsLayout:
             stats = ()  # in scalars.json only (NaN counts still shown)
         else:
             stats = self.log_stats if text else self.stats
+        kind = None if self.single_value is None else self.single_value(
+            PHASE_PREFIX.sub('', name))
+        if kind == 'replicated' or (kind == 'per_rank'
+                                    and self.world_size == 1):
+            stats = one_value_stats(self.stats, stats)
         keys = tuple((f'{prefix}{name}/{stat}', stat) for stat in stats)
         nonfinite = (None
                      if 'nonfinite' in stats else f'{prefix}{name}/nonfinite')
@@ -258,6 +276,25 @@ class StatsLayout:
         self._text_keys[mode] = write_text_line(
             runner, mode, text, self._text_keys.get(mode, set()),
             self._seen_keys)
+
+
+def one_value_stats(stats: Sequence[str],
+                    shown: Sequence[str]) -> Tuple[str, ...]:
+    """Of ``shown`` (a subset of ``stats``), what a name holding one value
+    per publication publishes: the value, under the first of ``mean``,
+    ``min``, ``max`` and the quantiles in ``stats`` (each equals it), and
+    ``nonfinite``; no ``std`` or ``num`` (they cannot vary).
+
+    Example:
+        >>> one_value_stats(('mean', 'std', 'min', 'max'),
+        ...                 ('mean', 'std', 'min', 'max'))
+        ('mean',)
+        >>> one_value_stats(('max', 'p50', 'nonfinite'), ('max', 'nonfinite'))
+        ('max', 'nonfinite')
+    """
+    value = next((s for s in ('mean', 'min', 'max') if s in stats),
+                 next((s for s in stats if s.startswith('p')), None))
+    return tuple(s for s in shown if s == value or s == 'nonfinite')
 
 
 def hub_latest(hub: MessageHub, key: str, value: float) -> None:

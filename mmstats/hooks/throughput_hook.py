@@ -20,6 +20,7 @@ from mmstats.throughput import (IterationFlops, MemoryReader, batch_rows,
                                 reduce_interval)
 from mmstats.utils.args import (check_bool, check_keywords, check_log_interval,
                                 check_real, refuse_second_instance)
+from mmstats.utils.step_records import join_step_records
 from .schedule import PublicationSchedule
 from .strategies import refuse_unchecked_strategy
 from .text_line import write_text_line
@@ -161,6 +162,7 @@ class ThroughputHook(Hook):
         self._flops.stop()  # a previous run that failed while counting
         self._start_run()
         self.schedule = PublicationSchedule(runner, self.interval)
+        join_step_records(runner.visualizer)  # one scalars.json record/step
         device = _model_device(runner.model)
         self._memory = MemoryReader(device)
         if device.type == 'cuda':

@@ -201,12 +201,18 @@ def check(scalars, acts, steps, publications, frozen=None, no_step=()):
                 norm([a - b for a, b in zip(after, before)]) / norm(before)
                 for _, before, after in per_rank
             ]
-            assert record[f'stats/modules/{name}/grad_norm/num'] == len(grad)
-            for stat, ref in (('mean', np.mean(grad)), ('max', max(grad))):
-                np.testing.assert_allclose(
-                    record[f'stats/modules/{name}/grad_norm/{stat}'],
-                    ref,
-                    rtol=1e-6)
+            # one value per publication, the same on every rank: its value
+            # alone is published (a spread of it could not vary)
+            np.testing.assert_allclose(grad, grad[0], rtol=1e-6)
+            np.testing.assert_allclose(weight, weight[0], rtol=1e-6)
+            np.testing.assert_allclose(
+                record[f'stats/modules/{name}/grad_norm/mean'],
+                np.mean(grad),
+                rtol=1e-6)
+            for what in ('grad_norm', 'weight_norm', 'update_ratio'):
+                for stat in ('num', 'std', 'min', 'max'):
+                    assert (f'stats/modules/{name}/{what}/{stat}'
+                            not in record), (it, name, what, stat)
             np.testing.assert_allclose(
                 record[f'stats/modules/{name}/update_ratio/mean'],
                 np.mean(ratio),

@@ -204,3 +204,45 @@ def test_the_watch_adds_no_graph(tmp_path, clean_mmengine):
     clear_mmengine_singletons()
     assert _graphs(tmp_path / 'b', True) == without
     torch._dynamo.reset()
+
+
+class UserPlant(PlantNaN):
+    """The user's own hook, at VERY_HIGH priority (before mmstats' hooks,
+    after mmengine's HIGHEST ones), plants the NaN."""
+    priority = 'VERY_HIGH'
+
+
+@pytest.mark.parametrize('on_nonfinite', ['warn', 'raise'])
+def test_the_report_leads_with_the_origin(tmp_path, clean_mmengine, caplog,
+                                          on_nonfinite):
+    """The first line is the origin (module, iteration, rank, host); what
+    else went non-finite follows, bounded."""
+    from mmstats.health.nonfinite import MAX_NAMES
+    from tests.helpers.logs import mmengine_logs, warnings_logged
+    cfg = module_stats_cfg(
+        tmp_path, dict(collect_outputs=True, on_nonfinite=on_nonfinite),
+        dict(watch_nonfinite=True))
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(UserPlant(PLANTED, 5, 0))
+    raised = None
+    with mmengine_logs(caplog):
+        try:
+            runner.train()
+        except FloatingPointError as e:
+            raised = str(e)
+    if on_nonfinite == 'raise':
+        message = raised
+    else:
+        warned = [w for w in warnings_logged(caplog) if 'non-finite' in w]
+        assert raised is None and len(warned) >= 1
+        message = warned[0]
+    lines = message.split('\n')
+    assert lines[0] == (
+        f"StatsCollectorHook: first non-finite module output: '{PLANTED}' "
+        f'at iteration 5 on rank 0 ({HOST}) (watched every iteration)')
+    assert lines[1].startswith('    first non-finite module gradient')
+    assert lines[-1].startswith('    non-finite values at iteration 6 '
+                                '(iterations 4-6 since the previous '
+                                'publication, over all ranks): loss (')
+    assert lines[-1].count(' NaN/inf)') <= MAX_NAMES
+    assert len(message) < 1200

@@ -136,13 +136,17 @@ def expected_spikes(losses, factor=FACTOR, window=WINDOW):
     return out
 
 
+# the message leads with what spiked, how much and on which rank
 SPIKE_LINE = re.compile(
-    r'spike at iteration (\d+) .*?: loss max (\S+) is (\S+)x the median '
-    r'(\S+) of its last (\d+) publications \(largest value from rank (\d)\)')
+    r'StatsCollectorHook: spike in loss: max (\S+) is (\S+)x the median '
+    r'(\S+) of its last (\d+) publications, largest value from rank (\d) '
+    r'at iteration (\d+) ')
 
 
 def _spikes_logged(text):
-    return [m.groups() for m in SPIKE_LINE.finditer(text)]
+    return [
+        m.groups()[-1:] + m.groups()[:-1] for m in SPIKE_LINE.finditer(text)
+    ]
 
 
 def _check_spike_lines(lines, losses, rank):
@@ -168,7 +172,7 @@ def test_planted_spike_warns_once_with_its_iteration_and_rank(
     assert len(warned) == 1
     _check_spike_lines(_spikes_logged(warned[0]), losses, rank=0)
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
-    assert log.count('StatsCollectorHook: spike at') == 1
+    assert log.count('StatsCollectorHook: spike in') == 1
 
 
 def test_healthy_run_never_spikes(tmp_path, clean_mmengine, caplog):

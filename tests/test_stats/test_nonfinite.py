@@ -89,7 +89,41 @@ def test_the_text_stays_short_on_many_ranks():
     ]
     names = {f'n{i:02d}': 1 for i in range(12)}
     names['loss'] = 64
-    text = describe_origins(origins, names)
-    assert 'loss (64 NaN/inf) on ranks 0 (h0), 1 (h0), 2 (h0), 3 (h0), ' \
-        '4 (h0), 5 (h0), 6 (h0), 7 (h0) and 56 more' in text
-    assert text.endswith('and 3 names more')
+    text = describe_origins(origins, names, 'iteration 9')
+    assert text.startswith(
+        'non-finite values at iteration 9: loss (64 NaN/inf) on ranks 0 '
+        '(h0), 1 (h0), 2 (h0), 3 (h0), 4 (h0), 5 (h0), 6 (h0), 7 (h0) and '
+        '56 more; n00 (1 NaN/inf)')
+    assert text.endswith('n03 (1 NaN/inf); and 8 names more')
+    assert len(text) < 400 and '\n' not in text  # no module origin
+
+
+def test_the_origin_comes_first():
+    from mmstats.health.nonfinite import describe_origins
+    origins = [
+        dict(
+            rank=0,
+            host='a',
+            names={
+                'modules/head/act': 2,
+                'loss': 1
+            },
+            modules=[
+                dict(
+                    forward=(5, 2, 'backbone.stages.1'),
+                    backward=(5, 0, 'head'),
+                    every_iteration=True)
+            ])
+    ]
+    lines = describe_origins(origins, {
+        'modules/head/act': 2,
+        'loss': 1
+    }, 'iteration 8').split('\n')
+    assert lines == [
+        "first non-finite module output: 'backbone.stages.1' at iteration 5 "
+        'on rank 0 (a) (watched every iteration)',
+        "first non-finite module gradient (backward): 'head' at iteration 5 "
+        'on rank 0 (a) (watched every iteration)',
+        'non-finite values at iteration 8: loss (1 NaN/inf) on rank 0 (a); '
+        'modules/head/act (2 NaN/inf) on rank 0 (a)'
+    ]
