@@ -27,6 +27,7 @@ from mmstats.module_stats import (ActivationProbes, ModuleNorms, StepProbe,
                                   build_step_probes, in_backward, line_summary,
                                   single_value_kind)
 from mmstats.registry import HOOKS
+from mmstats.run_description import log_run_description
 from mmstats.sharding import ParamLayout, unwrap_model
 from mmstats.stats import report
 from mmstats.utils.args import (check_bool, check_keywords, check_names,
@@ -218,6 +219,7 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
         """Find the target modules; register the
         forward and optimizer step hooks (before ``compile=True`` compiles
         ``train_step``), disarmed."""
+        log_run_description(runner)  # once per runner, whichever hook
         compile_cfg = runner.cfg.get('compile')  # mmengine: True or a dict
         if compile_cfg is True or isinstance(compile_cfg, dict):
             require_torch(

@@ -1,9 +1,7 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""StatsCollectorHook: publish what :func:`mmstats.report` recorded, where
-LoggerHook logs: its collectors updated on every rank, their statistics to
-the visualizers, the message hub and LoggerHook's line
-(:mod:`.text_line`), the health checks of :mod:`mmstats.health` run on
-them. Its argument checks are :mod:`.stats_collector_args`."""
+"""StatsCollectorHook: publish what :func:`mmstats.report` recorded where
+LoggerHook logs (:mod:`.text_line`), with the health checks of
+:mod:`mmstats.health`; its argument checks: :mod:`.stats_collector_args`."""
 from __future__ import annotations
 import logging
 from functools import partial
@@ -20,6 +18,7 @@ from mmstats.health import (SpikeDetector, SpikeError, gather_origins,
 from mmstats.health.histogram_writer import histogram_writers, write_histograms
 from mmstats.health.histograms import MAX_BUCKETS
 from mmstats.registry import HOOKS
+from mmstats.run_description import log_run_description
 from mmstats.stats import Collector, phase, report
 from mmstats.utils.args import (check_keywords, compile_regex,
                                 refuse_second_instance)
@@ -221,8 +220,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
 
     @property
     def interval(self) -> Optional[int]:
-        """The publication interval: from ``before_run`` on, the one in use
-        (the LoggerHook's where it was None)."""
+        """The publication interval (from ``before_run`` on, in use)."""
         return self._interval if self.schedule is None else (
             self.schedule.interval)
 
@@ -400,6 +398,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
     # -- values reported in DataLoader workers ride with their batches ----
     def before_train(self, runner: Runner) -> None:
         """Wrap the loaders' ``collate_fn`` (values ride with batches)."""
+        log_run_description(runner)  # once per runner, whichever hook
         self._batches.enable(runner)
 
     before_val = before_test = before_train
