@@ -18,6 +18,8 @@ arguments of the strategy's wrapper. One process with a sharding strategy
 (FSDP, FSDP2, DeepSpeed) gets a process group of one.
 """
 import gc
+import importlib.metadata
+import importlib.util
 import inspect
 import os
 import subprocess
@@ -130,6 +132,13 @@ def enable_config_scope() -> None:
     package reads its config before anything imports mmstats: there,
     inherit the fragment by its path, ``docs/launching.md``).
 
+    The table maps a scope to a distribution (``mmseg`` to
+    ``mmsegmentation``); the maintained fork installs the same module under
+    another one (``onedl-mmsegmentation``), and mmengine then refuses
+    ``mmseg::`` ("mmsegmentation is not installed"). A scope whose
+    distribution is missing but whose module is installed is mapped to the
+    module, which mmengine finds by its directory.
+
     Example:
         >>> from mmengine.config.utils import MODULE2PACKAGE
         >>> enable_config_scope()
@@ -141,6 +150,19 @@ def enable_config_scope() -> None:
     # the import name: mmengine looks a name that is no distribution up
     # with importlib (the package's directory, editable or installed)
     utils.MODULE2PACKAGE.setdefault('mmstats', 'mmstats')
+    for scope, distribution in list(utils.MODULE2PACKAGE.items()):
+        if scope != distribution and not _distribution_installed(
+                distribution) and importlib.util.find_spec(scope) is not None:
+            utils.MODULE2PACKAGE[scope] = scope  # e.g. the fork's mmseg
+
+
+def _distribution_installed(name: str) -> bool:
+    """Whether distribution ``name`` is installed (its metadata)."""
+    try:
+        importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 class LaunchRefused(ValueError):
