@@ -1,14 +1,17 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""PreciseBNHook: a thin mmengine hook around :func:`update_bn_stats`,
-with what only it needs: its argument checks, its own loader, the lines it
-logs and its message-hub keys (kept out of checkpoints)."""
+"""PreciseBNHook: a thin mmengine hook over :mod:`mmstats.precise_bn`.
+
+It checks its arguments, decides when to run, reads the runner and calls
+the library (:func:`update_bn_stats`, its own loader from
+:func:`loader_like` / :func:`loader_from_cfg`, the EMA model's modes and
+statistics from :func:`mirror_modes` / :func:`swap_bn_statistics`), then
+publishes: the lines it logs and its message-hub keys (kept out of
+checkpoints)."""
 from __future__ import annotations
-import copy
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 import torch
-from mmengine.dataset import DefaultSampler
 from mmengine.hooks import EMAHook, Hook
 from mmengine.hooks.hook import DATA_BATCH
 from mmengine.logging import print_log
@@ -16,7 +19,9 @@ from mmengine.optim import OptimWrapper
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader
 
-from mmstats.precise_bn import check_args, layers_to_update, update_bn_stats
+from mmstats.precise_bn import (check_args, check_loader_cfg, layers_to_update,
+                                loader_from_cfg, loader_like, mirror_modes,
+                                swap_bn_statistics, update_bn_stats)
 from mmstats.registry import HOOKS
 from mmstats.run_description import log_run_description
 from mmstats.sharding import is_sharded, unwrap_model
@@ -116,11 +121,11 @@ class PreciseBNHook(Hook):
         for name, flag in (('at_end', at_end), ('update_ema', update_ema),
                            ('progress', progress)):
             check_bool(OWNER, name, flag)
-        _check_loader_cfg(dataloader)
+        check_loader_cfg(dataloader, OWNER)
         self.num_samples = num_samples
         self.interval = interval
-        self._by_epoch = by_epoch
-        self.by_epoch = by_epoch
+        self._by_epoch = by_epoch  # the argument; see the property
+        self._epoch_loop: Optional[bool] = None  # the run's, in before_train
         self.at_end = at_end
         self.estimator = estimator
         self.dataloader_cfg = dataloader
@@ -137,6 +142,13 @@ class PreciseBNHook(Hook):
         self._schedule: Optional[PublicationSchedule] = None  # its lines
         self._published: Dict[str, float] = {}  # on the hub until next iter
 
+    @property
+    def by_epoch(self) -> Optional[bool]:
+        """True: runs every ``interval`` epochs; False: iterations. The
+        argument, or with ``by_epoch=None`` the train loop's kind once
+        training started (None before)."""
+        return self._epoch_loop if self._by_epoch is None else self._by_epoch
+
     # -- hook points -----------------------------------------------------
     def before_run(self, runner: Runner) -> None:
         """Refuse a strategy whose numbers were never checked; take
@@ -152,16 +164,13 @@ class PreciseBNHook(Hook):
         hook's own loader."""
         from mmengine.runner import EpochBasedTrainLoop
         log_run_description(runner)  # once per runner, whichever hook
-        self.by_epoch = self._by_epoch
-        if self._by_epoch is None:
-            self.by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
+        self._epoch_loop = isinstance(runner.train_loop, EpochBasedTrainLoop)
         for key in HUB_KEYS:  # e.g. from an old checkpoint
             runner.message_hub.log_scalars.pop(key, None)
         self._pending, self._published = {}, {}
         self._active = False
-        self._has_bn = any(
-            isinstance(m, _BatchNorm)
-            for m in unwrap_model(runner.model).modules())
+        model = unwrap_model(runner.model)
+        self._has_bn = any(isinstance(m, _BatchNorm) for m in model.modules())
         # mmengine's EMAHook copies the model it finds: under FSDP / ZeRO-3
         # that is this rank's shards, which cannot run a forward
         self._ema_sharded = is_sharded(runner.model)
@@ -184,8 +193,7 @@ class PreciseBNHook(Hook):
         self._loader = self._build_loader(runner)
         # the modes training will use: the loop calls model.train() (which
         # honours norm_eval / frozen stages) after before_train
-        self._active = bool(
-            layers_to_update(unwrap_model(runner.model), train=True))
+        self._active = bool(layers_to_update(model, train=True))
         if not self._active:
             _log_modes(None)
 
@@ -228,7 +236,7 @@ class PreciseBNHook(Hook):
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
         """Bring stale EMA statistics up to date; save the run count (the
         sampling sequence continues after a resume), not the hub keys."""
-        self._refresh_ema(runner)
+        self._refresh_ema(runner, unwrap_model(runner.model))
         checkpoint.setdefault('meta', {})[RUNS_KEY] = self._num_runs
         _drop_hub_keys(checkpoint)
 
@@ -240,12 +248,12 @@ class PreciseBNHook(Hook):
     def before_val_epoch(self, runner: Runner) -> None:
         """Bring stale EMA statistics up to date; validate the EMA model
         with its own BN statistics, not only its parameters."""
-        self._refresh_ema(runner)
+        model = unwrap_model(runner.model)
+        self._refresh_ema(runner, model)
         ema = self._ema_hook(runner)
         if ema is not None and not ema.ema_model.update_buffers:
             # mmengine swaps parameters only: bring the EMA statistics too
-            self._swap_bn_buffers(ema.ema_model.module,
-                                  unwrap_model(runner.model))
+            swap_bn_statistics(ema.ema_model.module, model)
             self._swapped_for_val = True
 
     def after_val_epoch(self,
@@ -254,8 +262,8 @@ class PreciseBNHook(Hook):
         """Swap the BN statistics back."""
         if self._swapped_for_val:
             ema = self._ema_hook(runner)
-            self._swap_bn_buffers(ema.ema_model.module,
-                                  unwrap_model(runner.model))
+            swap_bn_statistics(ema.ema_model.module,
+                               unwrap_model(runner.model))
             self._swapped_for_val = False
 
     # -- helpers ---------------------------------------------------------
@@ -279,32 +287,13 @@ class PreciseBNHook(Hook):
         """The runner's EMAHook once it holds its EMA model, or None."""
         return find_hook(runner, EMAHook, ready='ema_model')
 
-    @staticmethod
-    def _swap_bn_buffers(a: torch.nn.Module, b: torch.nn.Module) -> None:
-        """Exchange the running stats of two models of the same structure."""
-        for ma, mb in zip(a.modules(), b.modules()):
-            if isinstance(ma, _BatchNorm) and ma.track_running_stats:
-                for name in ('running_mean', 'running_var'):
-                    buf_a, buf_b = getattr(ma, name), getattr(mb, name)
-                    tmp = buf_a.clone()
-                    buf_a.copy_(buf_b)
-                    buf_b.copy_(tmp)
-
     def _build_loader(self, runner: Runner) -> DataLoader:
         """The precise-BN loader: never the training loader itself."""
-        if self.dataloader_cfg is not None:
-            from mmengine.runner import Runner
-            cfg = copy.deepcopy(self.dataloader_cfg)
-            cfg.setdefault('persistent_workers', cfg.get('num_workers', 0) > 0)
-            try:
-                return Runner.build_dataloader(cfg, seed=runner.seed)
-            except Exception as exc:
-                raise ValueError(
-                    'PreciseBNHook: could not build its dataloader from '
-                    f'dataloader={self.dataloader_cfg!r} ({exc!r}); fix the '
-                    'config or pass dataloader=None to read the training '
-                    'dataset') from exc
-        return _loader_like(runner.train_dataloader, runner.seed)
+        if self.dataloader_cfg is None:
+            return loader_like(runner.train_dataloader, runner.seed, OWNER)
+        from mmengine.runner import Runner
+        return loader_from_cfg(self.dataloader_cfg, runner.seed,
+                               Runner.build_dataloader, OWNER)
 
     def _forward_context(self, runner: Runner,
                          model: torch.nn.Module) -> Optional[Callable]:
@@ -316,7 +305,9 @@ class PreciseBNHook(Hook):
         return None
 
     def _recompute(self, runner: Runner, model: torch.nn.Module,
-                   what: str) -> dict:
+                   unwrapped: torch.nn.Module, what: str) -> dict:
+        """Recompute ``model``'s statistics (the forwards in the optimizer
+        wrapper's context for ``unwrapped``, the user's model); log it."""
         sampler = getattr(self._loader, 'sampler', None)
         if hasattr(sampler, 'set_epoch'):  # other samples at every run
             sampler.set_epoch(self._num_runs)
@@ -325,8 +316,7 @@ class PreciseBNHook(Hook):
             self._loader,
             num_samples=self.num_samples,
             estimator=self.estimator,
-            forward_context=self._forward_context(runner,
-                                                  unwrap_model(runner.model)),
+            forward_context=self._forward_context(runner, unwrapped),
             progress=self.progress)
         _log_summary(summary, what, first=self._num_runs == 0)
         return summary
@@ -342,7 +332,7 @@ class PreciseBNHook(Hook):
         if not names:
             return
         # the model as trained: update_bn_stats strips DDP, keeps sharding
-        summary = self._recompute(runner, runner.model, 'model')
+        summary = self._recompute(runner, runner.model, model, 'model')
         if not summary['num_layers']:  # none was called in the forwards
             return
         self._pending[VAR_CHANGE] = summary['var_change']
@@ -351,22 +341,15 @@ class PreciseBNHook(Hook):
             self.update_ema and not self._ema_sharded
             and self._ema_hook(runner) is not None)
 
-    def _refresh_ema(self, runner: Runner) -> None:
-        """Recompute the EMA model's statistics if they are stale."""
+    def _refresh_ema(self, runner: Runner, model: torch.nn.Module) -> None:
+        """Recompute the EMA model's statistics if they are stale, under the
+        modes of ``model`` (the unwrapped model)."""
         if not self._ema_stale:
             return
         self._ema_stale = False
         ema_model = self._ema_hook(runner).ema_model.module
-        # the EMA copy's train/eval flags may differ: mirror the model's
-        flags = [m.training for m in ema_model.modules()]
-        for ema_m, m in zip(ema_model.modules(),
-                            unwrap_model(runner.model).modules()):
-            ema_m.training = m.training
-        try:
-            summary = self._recompute(runner, ema_model, 'EMA model')
-        finally:
-            for m, flag in zip(ema_model.modules(), flags):
-                m.training = flag
+        with mirror_modes(ema_model, model):  # its modes may differ
+            summary = self._recompute(runner, ema_model, model, 'EMA model')
         if summary['num_layers']:
             self._pending[EMA_VAR_CHANGE] = summary['var_change']
 
@@ -432,52 +415,3 @@ def _log_summary(summary: dict, what: str, first: bool) -> None:
             if summary.get(key):
                 print_log(f'PreciseBN: {text}: {", ".join(summary[key])}',
                           'current')
-
-
-def _check_loader_cfg(dataloader: Any, owner: str = OWNER) -> None:
-    """``dataloader`` must be None or a config with what
-    ``Runner.build_dataloader`` needs; ``owner`` is named in the error."""
-    if dataloader is None:
-        return
-    if not isinstance(dataloader, dict):
-        raise TypeError(f'{owner}: dataloader must be None or a dataloader '
-                        f'config dict, got {type(dataloader).__name__}')
-    missing = [
-        k for k in ('batch_size', 'dataset', 'sampler') if k not in dataloader
-        and not (k == 'batch_size' and 'batch_sampler' in dataloader)
-    ]
-    if missing:
-        raise ValueError(
-            f'{owner}: dataloader lacks {missing} (got keys '
-            f'{sorted(dataloader)}): give a full loader config, e.g. '
-            'dataloader=dict(batch_size=64, dataset=dict(type=...), '
-            "sampler=dict(type='DefaultSampler', shuffle=True)), or leave "
-            'dataloader=None to read the training dataset')
-
-
-def _loader_like(train_loader: DataLoader, seed: Optional[int]) -> DataLoader:
-    """A loader of its own over ``train_loader``'s dataset: shuffled
-    ``DefaultSampler``, the same batch size, workers (kept between runs),
-    collate function and ``drop_last``."""
-    batch_size = train_loader.batch_size or getattr(train_loader.batch_sampler,
-                                                    'batch_size', None)
-    if not batch_size:
-        raise ValueError(
-            'PreciseBNHook cannot tell the batch size of the training '
-            'loader (it has neither batch_size nor batch_sampler.'
-            'batch_size): pass dataloader=dict(...) to the hook')
-    dataset = train_loader.dataset
-    drop_last = bool(
-        train_loader.drop_last
-        or getattr(train_loader.batch_sampler, 'drop_last', False))
-    workers = train_loader.num_workers
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=DefaultSampler(dataset, shuffle=True, seed=seed),
-        num_workers=workers,
-        collate_fn=train_loader.collate_fn,
-        pin_memory=train_loader.pin_memory,
-        worker_init_fn=train_loader.worker_init_fn,
-        persistent_workers=workers > 0,
-        drop_last=drop_last)
