@@ -80,11 +80,12 @@ def loader_from_cfg(cfg: dict, seed: Optional[int],
     Example:
         >>> from mmstats.precise_bn import loader_from_cfg
         >>> def build(cfg, seed):  # Runner.build_dataloader in a hook
-        ...     return sorted(cfg.items())
+        ...     return cfg  # what it was given
         >>> cfg = dict(batch_size=4, dataset=[1, 2], sampler=None,
         ...            num_workers=2)
-        >>> loader_from_cfg(cfg, 0, build, 'PreciseBNHook')[-1]
-        ('persistent_workers', True)
+        >>> built = loader_from_cfg(cfg, 0, build, 'PreciseBNHook')
+        >>> built['persistent_workers']
+        True
         >>> 'persistent_workers' in cfg  # the config stays as it was
         False
     """
