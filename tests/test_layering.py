@@ -342,6 +342,65 @@ def test_the_tensor_check_sees_math_and_collectives(tmp_path):
     ]
 
 
+#: Tensor methods a hook never calls: copies and in-place arithmetic
+#: (``buf.clone()``, ``buf.copy_(other)``, ``x.add_(y)``...), whatever the
+#: object is called. Swapping, copying or accumulating tensors is the
+#: library's (``precise_bn.swap_bn_statistics``, a package's class).
+HOOK_TENSOR_METHODS = ('clone', 'copy_', 'add_', 'mul_', 'div_', 'sub_',
+                       'zero_', 'fill_')
+#: ``torch.`` functions that do arithmetic: the four operations, powers and
+#: roots, and the reductions. Only the spelling ``torch.<name>(...)`` is
+#: looked for; ``torch.device(...)``, ``torch.no_grad()`` and the like are
+#: not arithmetic and stay allowed.
+HOOK_TORCH_ARITHMETIC = ('add', 'sub', 'subtract', 'mul', 'multiply', 'div',
+                         'divide', 'true_divide', 'floor_divide', 'remainder',
+                         'neg', 'abs', 'pow', 'sqrt', 'rsqrt', 'exp', 'log',
+                         'sum', 'mean', 'prod', 'cumsum', 'max', 'min',
+                         'maximum', 'minimum', 'clamp', 'lerp', 'matmul',
+                         'dot')
+
+
+def hook_tensor_calls(path: pathlib.Path) -> list:
+    """``'file:line call'`` of every call in ``path`` to a method of
+    ``HOOK_TENSOR_METHODS`` (on any object) or to a function of
+    ``HOOK_TORCH_ARITHMETIC`` spelt ``torch.<name>``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)):
+            continue
+        func, name = node.func, node.func.attr
+        on_torch = isinstance(func.value,
+                              ast.Name) and func.value.id == 'torch'
+        if name in HOOK_TENSOR_METHODS or (on_torch
+                                           and name in HOOK_TORCH_ARITHMETIC):
+            found.append(f'{path.name}:{node.lineno} {ast.unparse(func)}')
+    return found
+
+
+@pytest.mark.parametrize('path', HOOKS, ids=lambda p: p.name)
+def test_hooks_copy_no_tensor_and_do_no_arithmetic(path):
+    """Issue 47: a hook reads the runner, calls the library and publishes;
+    no ``.clone()`` / ``.copy_()`` / in-place arithmetic / ``torch.``
+    arithmetic in ``mmstats/hooks/`` (one case per file)."""
+    assert hook_tensor_calls(path) == []
+
+
+def test_the_hook_tensor_check_sees_copies_and_arithmetic(tmp_path):
+    fake = tmp_path / 'x_hook.py'
+    fake.write_text('def f(a, b, runner):\n'
+                    '    tmp = a.clone()\n    a.copy_(b)\n'
+                    '    runner.model.bn.running_var.fill_(1)\n'
+                    '    torch.add(a, b)\n    torch.Tensor.zero_(a)\n'
+                    '    torch.device("cpu")\n    torch.no_grad()\n'
+                    '    copy.copy(a)\n    max(1, 2)\n'
+                    '    runner.message_hub.update_scalar("k", 1)\n')
+    assert [c.split()[1] for c in hook_tensor_calls(fake)] == [
+        'a.clone', 'a.copy_', 'runner.model.bn.running_var.fill_', 'torch.add',
+        'torch.Tensor.zero_'
+    ]
+
+
 def hook_imports(graph: dict) -> list:
     """``'hook -> hook'`` where a ``*_hook`` module imports another."""
     return [
