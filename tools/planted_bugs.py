@@ -235,25 +235,25 @@ BUGS = [
         'if not is_main_process():\n        return []', 'pass',
         ('tests/test_hooks/test_stats_collector_health.py', )),
     # training health: memory, throughput, FLOPs, MFU (issue 28 item 3)
-    Bug('TP1', 'an uneven last batch counted as a full one',
-        'mmstats/hooks/throughput_hook.py', 'self._samples += rows',
-        'self._samples += self._counted_rows or rows',
-        ('tests/test_hooks/test_throughput_hook.py', )),
+    Bug(
+        'TP1', 'an uneven last batch counted as a full one',
+        'mmstats/hooks/throughput_hook.py',
+        'self._interval.add_batch(rows, type(data_batch))',
+        'self._interval.add_batch(self._counted_rows or rows, '
+        'type(data_batch))', ('tests/test_hooks/test_throughput_hook.py', )),
     Bug('TP2', "rank 0's peak memory published as the max over ranks",
         'mmstats/throughput/interval.py',
         'rank = max(range(len(column)), key=lambda r: (column[r], -r))',
         'rank = 0', ('tests/test_hooks/test_throughput_hook.py', )),
-    Bug(
-        'TP3', 'validation loops counted in the training time',
+    Bug('TP3', 'validation loops counted in the training time',
         'mmstats/hooks/throughput_hook.py',
-        '        self._pause()\n        for name, value in '
-        'self._memory.read().items():',
-        '        for name, value in self._memory.read().items():',
+        '        self._pause()\n        self._interval.keep_peaks(',
+        '        self._interval.keep_peaks(',
         ('tests/test_hooks/test_throughput_hook.py', )),
     Bug('TP4', 'FLOPs scaled per iteration where the samples are known',
-        'mmstats/hooks/throughput_hook.py',
-        'return total * (self._samples / self._counted_rows)',
-        'return float(total * self._iters)',
+        'mmstats/throughput/figures.py',
+        'return counted * (samples / counted_rows)',
+        'return float(counted * iters)',
         ('tests/test_hooks/test_throughput_hook.py', )),
     Bug(
         'TP5', 'a collective on every iteration',
@@ -272,8 +272,8 @@ BUGS = [
         '        if self._paused_in_epoch:',
         ('tests/test_hooks/test_throughput_hook.py', )),
     Bug('TP8', 'the peak before a validation loop forgotten',
-        'mmstats/hooks/throughput_hook.py',
-        'self._folded[name] = max(value, self._folded.get(name, 0.0))', 'pass',
+        'mmstats/throughput/figures.py',
+        'self.peaks[name] = max(value, self.peaks.get(name, 0.0))', 'pass',
         ('tests/test_hooks/test_throughput_hook.py', )),
     Bug('OS1', 'exp_avg_sq_sqrt_norm from the L2 norm of v, not its sum',
         'mmstats/module_stats/optimizer_state.py',
@@ -385,8 +385,8 @@ BUGS = [
         'np.median(np.asarray(history))',
         ('tests/test_stats/test_spikes.py', )),
     Bug('TP11', "MFU over one device's peak (all ranks' FLOP/s: x world)",
-        'mmstats/hooks/throughput_hook.py', "flops * per_s / sums['peak']",
-        'flops * per_s / self._peak()',
+        'mmstats/throughput/figures.py', "flops * per_s / sums['peak']",
+        'flops * per_s / self.peak_flops',
         ('tests/test_hooks/test_throughput_hook.py', )),
     Bug('PL1', 'a colour bar of one value (one rank holding every peak)',
         'tools/analysis/figures.py',
@@ -536,6 +536,10 @@ BUGS = [
         "'; '.join(parts))",
         "    lines.insert(0, f'non-finite values at {when}: ' + "
         "'; '.join(parts))", ('tests/test_hooks/test_nonfinite_origin.py', )),
+    Bug('TP12', 'a peak kept before validation replaces a higher one read '
+        'after it', 'mmstats/throughput/figures.py',
+        'value = max(value, self.peaks[name])', 'value = self.peaks[name]',
+        ('tests/test_throughput/test_figures.py', )),
 ]
 
 

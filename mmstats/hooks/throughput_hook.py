@@ -5,7 +5,7 @@ all ranks, published where the training statistics are
 from __future__ import annotations
 import logging
 from time import perf_counter
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
 import torch
 from mmengine.hooks import Hook
@@ -16,7 +16,8 @@ from mmstats.dist import host_group
 from mmstats.registry import HOOKS
 from mmstats.run_description import log_run_description
 from mmstats.sharding import unwrap_model
-from mmstats.throughput import (IterationFlops, MemoryReader, batch_rows,
+from mmstats.throughput import (IterationFlops, MemoryReader,
+                                ThroughputInterval, batch_rows,
                                 reduce_interval)
 from mmstats.utils.args import (check_bool, check_keywords, check_log_interval,
                                 check_real, refuse_second_instance)
@@ -136,7 +137,7 @@ class ThroughputHook(Hook):
         self._device_name = 'cpu'
         self._flops = IterationFlops()
         self._counted_rows: Optional[int] = None
-        self._folded: Dict[str, float] = {}  # peaks read before validation
+        self._interval = ThroughputInterval(self.peak_flops)
         self._run_iters = 0  # training iterations of this run
         self._training = False
         self._stamp: Optional[float] = None  # the clock runs since
@@ -144,13 +145,6 @@ class ThroughputHook(Hook):
         self._last: Dict[str, float] = {}  # what the hub got from us
         self._text_keys: set = set()
         self._warned: set = set()
-        self._new_interval()
-
-    def _new_interval(self) -> None:
-        self._elapsed = 0.0
-        self._iters = 0
-        self._samples = 0
-        self._unknown: Optional[str] = None  # a batch type without rows
 
     # -- the run -----------------------------------------------------------
     def before_run(self, runner: Runner) -> None:
@@ -181,7 +175,7 @@ class ThroughputHook(Hook):
         ran the same iterations)."""
         self._flops.stop()
         self._training = False
-        if self._iters:
+        if self._interval.iters:
             self._publish(runner, False, runner.iter)
 
     def before_train_epoch(self, runner: Runner) -> None:
@@ -216,11 +210,7 @@ class ThroughputHook(Hook):
             self._flops.stop()
             self._log_count(runner)
         rows = batch_rows(data_batch)
-        if rows is None:
-            self._unknown = type(data_batch).__qualname__
-        else:
-            self._samples += rows
-        self._iters += 1
+        self._interval.add_batch(rows, type(data_batch))
         self._run_iters += 1
         if self.schedule.publishes_after(runner, batch_idx):
             # the epoch's (or run's) last iteration stops the clock: what
@@ -241,9 +231,7 @@ class ThroughputHook(Hook):
         if not self._training:
             return
         self._pause()
-        for name, value in self._memory.read().items():
-            if value is not None:
-                self._folded[name] = max(value, self._folded.get(name, 0.0))
+        self._interval.keep_peaks(self._memory.read())
 
     def after_val(self, runner: Runner) -> None:
         """New peaks without validation's; the clock runs again (inside an
@@ -257,104 +245,57 @@ class ThroughputHook(Hook):
     def _pause(self) -> None:
         self._paused_in_epoch = self._stamp is not None
         if self._stamp is not None:
-            self._elapsed += perf_counter() - self._stamp
+            self._interval.add_seconds(perf_counter() - self._stamp)
             self._stamp = None
 
     # -- publishing ----------------------------------------------------------
-    def _interval_flops(self) -> Optional[float]:
-        """This rank's FLOPs of the interval: per sample where the counted
-        batch's and every batch's rows are known, else per iteration."""
-        total = self._flops.total
-        if total is None:
-            return None
-        if self._counted_rows and self._unknown is None:
-            return total * (self._samples / self._counted_rows)
-        return float(total * self._iters)
-
-    def _peak(self) -> Optional[float]:
-        if self.peak_flops is not None:
-            return self.peak_flops
-        return self._flops.peak(self._device_name)
-
     def _publish(self,
                  runner: Runner,
                  logged: bool,
                  step: int,
                  restart: bool = False) -> None:
         """Reduce the interval over all ranks (one collective) and write
-        it: every figure to the visualizers, the short ones to the message
-        hub for LoggerHook's line (if ``logged``). The clock stops for the
+        its figures (:class:`~mmstats.throughput.ThroughputInterval`): all
+        to the visualizers, the short ones to the message hub for
+        LoggerHook's line (if ``logged``). The clock stops for the
         publication (a rank's wait for the others at the collective is in
         no interval) and runs again after it if it ran and ``restart``."""
         running = self._stamp is not None
         if running:
             now = perf_counter()
-            self._elapsed += now - self._stamp
+            self._interval.add_seconds(now - self._stamp)
             self._stamp = None
-        maxima, sums = reduce_interval(*self._local_figures())
-        missing = [k for k, held in maxima.items() if held is None]
-        if missing:
-            self._warn_once(
-                'memory', f'{OWNER}: {", ".join(missing)} cannot be read on '
-                'some rank (no resource module: Windows?), so it is not '
-                'published')
+        maxima, sums = reduce_interval(*self._interval.local_figures(
+            self._memory.read(),  # before LoggerHook resets the peaks
+            self._flops.total,
+            self._counted_rows,
+            self._flops.peak(self._device_name)))
         self._memory.reset()
-        self._folded = {}
-        unknown, iters = self._unknown, self._iters
-        self._new_interval()
-        scalars = self._scalars(maxima, sums, iters, unknown)
-        runner.visualizer.add_scalars(scalars, step=step)
+        figures = self._interval.figures(maxima, sums)
+        self._warn_missing(figures.missing, self._interval.unknown)
+        self._interval.clear()
+        runner.visualizer.add_scalars(figures.scalars, step=step)
         if logged:
             self._to_message_hub(
                 runner, {
                     TEXT_KEYS[key]: value
-                    for key, value in scalars.items() if key in TEXT_KEYS
+                    for key, value in figures.scalars.items()
+                    if key in TEXT_KEYS
                 })
         if running and restart:
             self._stamp = perf_counter()  # after the collective
 
-    def _local_figures(self) -> Tuple[dict, dict]:
-        """This rank's figures of the interval for :func:`reduce_interval`:
-        the maxima (peak memory, with the peaks read before validation
-        loops; the time) and the sums (samples, FLOPs, peak FLOP/s)."""
-        memory = self._memory.read()  # before LoggerHook resets the peaks
-        for name, value in self._folded.items():
-            if memory[name] is not None:
-                memory[name] = max(memory[name], value)
-        maxima = {f'memory/{name}': v for name, v in memory.items()}
-        maxima['throughput/time'] = self._elapsed
-        sums = {
-            'throughput/samples':
-            None if self._unknown else float(self._samples),
-            'throughput/flops': self._interval_flops(),
-            'peak': self._peak() if self.count_flops else 0.0,
-        }
-        return maxima, sums
-
-    def _scalars(self, maxima: dict, sums: dict, iters: int,
-                 unknown: Optional[str]) -> Dict[str, float]:
-        """The published figures from the reduced ``maxima`` and ``sums``
-        of an interval of ``iters`` iterations (``unknown``: this rank's
+    def _warn_missing(self, missing: Sequence[str],
+                      unknown: Optional[str]) -> None:
+        """Say once why a figure is not published (``unknown``: this rank's
         batch type without rows, if any)."""
-        scalars: Dict[str, float] = {}
-        for key, held in maxima.items():
-            if held is not None and key.startswith('memory/'):
-                scalars[key], scalars[f'{key}_rank'] = held[0], held[1]
-        seconds = maxima['throughput/time'][0]
-        scalars['throughput/iters'] = iters
-        scalars['throughput/time'] = seconds
-        per_s = 1.0 / seconds if seconds > 0 else None
-        if per_s is not None:
-            scalars['throughput/iters_per_s'] = iters * per_s
-        self._rates(scalars, sums, per_s, unknown)
-        return scalars
-
-    def _rates(self, scalars: Dict[str, float], sums: dict,
-               per_s: Optional[float], unknown: Optional[str]) -> None:
-        """Add samples, FLOPs, their rates and MFU to ``scalars`` where
-        every rank knows them (warned once where not)."""
-        samples, flops = sums['throughput/samples'], sums['throughput/flops']
-        if samples is None:
+        memory = [key for key in missing if key.startswith('memory/')]
+        if memory:
+            self._warn_once(
+                'memory', f'{OWNER}: {", ".join(memory)} cannot be read on '
+                'some rank (no resource module: Windows?), so it is not '
+                'published')
+        if 'throughput/samples' in missing:
             self._warn_once(
                 'samples', f'{OWNER}: the number of samples of a training '
                 f'batch could not be found on some rank (this rank: '
@@ -362,23 +303,13 @@ class ThroughputHook(Hook):
                 'make the batch a dict with "inputs" (a tensor or a list '
                 'per sample), or a tuple whose first field is one (see '
                 'mmstats.throughput.batch_rows)')
-        else:
-            scalars['throughput/samples'] = samples
-            if per_s is not None:
-                scalars['throughput/samples_per_s'] = samples * per_s
-        if flops is not None:
-            scalars['throughput/flops'] = flops
-            if per_s is not None:
-                scalars['throughput/flops_per_s'] = flops * per_s
-                if sums['peak']:
-                    scalars['throughput/mfu'] = flops * per_s / sums['peak']
-                else:
-                    self._warn_once(
-                        'peak', f'{OWNER}: mfu is not published: the peak '
-                        f'FLOP/s of {self._device_name!r} for the number '
-                        f'formats it ran ({sorted(self._flops.by_kind)}) is '
-                        'not known on some rank; pass peak_flops=<FLOP/s of '
-                        'one device>')
+        if 'throughput/mfu' in missing:
+            self._warn_once(
+                'peak', f'{OWNER}: mfu is not published: the peak '
+                f'FLOP/s of {self._device_name!r} for the number '
+                f'formats it ran ({sorted(self._flops.by_kind)}) is '
+                'not known on some rank; pass peak_flops=<FLOP/s of '
+                'one device>')
 
     def _to_message_hub(self, runner: Runner, text: Dict[str, float]) -> None:
         """The text line's keys, latest value only; a key without a value

@@ -1,16 +1,17 @@
 # Copyright (c) mmstats contributors. All rights reserved.
 """What throughput is made of: the rows of a data batch
 (:func:`batch_rows`) and one interval's figures over all ranks in one
-collective (:func:`reduce_interval`)."""
+collective (:func:`reduce_interval`; its arithmetic over the gathered rows,
+without a collective: :func:`combine_rows`)."""
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 from mmengine.dist import all_gather, get_world_size
 
 from mmstats.dist import host_group
 
-__all__ = ['batch_rows', 'reduce_interval']
+__all__ = ['batch_rows', 'reduce_interval', 'combine_rows']
 
 
 def _field_rows(field: Any) -> Optional[int]:
@@ -85,6 +86,25 @@ def reduce_interval(
     else:
         mine = torch.tensor(values, dtype=torch.float64)
         rows = [t.tolist() for t in all_gather(mine, host_group(group))]
+    return combine_rows(list(maxima), list(sums), rows)
+
+
+def combine_rows(
+    maxima: Sequence[str], sums: Sequence[str], rows: Sequence[Sequence[float]]
+) -> Tuple[Dict[str, Optional[Tuple[float, int]]], Dict[str, Optional[float]]]:
+    """The reduction of :func:`reduce_interval` over every rank's ``row``
+    (in rank order: the values of the ``maxima`` names, then those of the
+    ``sums`` names, NaN for None): each of ``maxima`` as ``(max, the rank
+    holding it)``, the lowest rank on a tie, and each of ``sums`` as the
+    sum in rank order; None where any rank's value is NaN. A pure function
+    of the rows: no collective.
+
+    Example:
+        >>> nan = float('nan')
+        >>> combine_rows(['memory'], ['samples', 'flops'],
+        ...              [[512.0, 16.0, 9.0], [640.0, 8.0, nan]])
+        ({'memory': (640.0, 1)}, {'samples': 24.0, 'flops': None})
+    """
     out_max: Dict[str, Optional[Tuple[float, int]]] = {}
     for i, name in enumerate(maxima):
         column = [row[i] for row in rows]
