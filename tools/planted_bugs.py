@@ -540,6 +540,11 @@ BUGS = [
         'after it', 'mmstats/throughput/figures.py',
         'value = max(value, self.peaks[name])', 'value = self.peaks[name]',
         ('tests/test_throughput/test_figures.py', )),
+    Bug(
+        'PB1', "the EMA model's validation swap copying instead of "
+        "exchanging (the model keeps the EMA model's BN statistics)",
+        'mmstats/precise_bn/ema.py', 'buf_b.copy_(kept)', 'buf_b.copy_(buf_a)',
+        ('tests/test_precise_bn/test_ema.py', )),
 ]
 
 
