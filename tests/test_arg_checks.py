@@ -17,6 +17,7 @@ import torch.nn as nn
 
 import mmstats.hooks
 from mmstats import Collector, training_stats, update_bn_stats
+from mmstats.health import HealthConfig
 from mmstats.hooks import ModuleStatsHook, PreciseBNHook, StatsCollectorHook
 from mmstats.registry import HOOKS
 from mmstats.utils import args
@@ -30,9 +31,15 @@ def bn_stats(**kwargs):
     update_bn_stats(nn.BatchNorm1d(2), [], **kwargs)
 
 
+def stats_collector(**kwargs):
+    """StatsCollectorHook, its health options in ``health=dict(...)``."""
+    health = {k: kwargs.pop(k) for k in HealthConfig.names() if k in kwargs}
+    return StatsCollectorHook(health=health, **kwargs)
+
+
 OWNERS = {
     'Collector': Collector,
-    'StatsCollectorHook': StatsCollectorHook,
+    'StatsCollectorHook': stats_collector,
     'PreciseBNHook': PreciseBNHook,
     'update_bn_stats': bn_stats,
     'training_stats.Collector': training_stats.Collector,
@@ -153,6 +160,20 @@ def test_a_misspelt_keyword_names_the_closest_argument(owner, built):
         message = str(info.value)
         assert f'{owner}: unexpected keyword argument {wrong!r}; did you ' \
             f'mean {name}? {owner} takes {", ".join(names)}' in message
+
+
+def test_a_misspelt_health_option_names_the_new_form():
+    with pytest.raises(TypeError) as info:
+        HOOKS.build(dict(type='mmstats.StatsCollectorHook', spike_facto=8))
+    assert str(info.value).startswith(
+        "StatsCollectorHook: unexpected keyword argument 'spike_facto'; did "
+        'you mean health=dict(spike_factor=...)? StatsCollectorHook takes '
+        'interval, ')
+    with pytest.raises(
+            TypeError,
+            match="unexpected key 'spike_facto'; did "
+            'you mean spike_factor'):
+        StatsCollectorHook(health=dict(spike_facto=8))
 
 
 def test_precise_bn_num_sample():

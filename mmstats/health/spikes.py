@@ -23,7 +23,8 @@ MIN_HISTORY = 5
 
 class SpikeError(RuntimeError):
     """Raised (on every rank at the same iteration) by
-    ``StatsCollectorHook(on_spike='raise')`` when a watched name spiked.
+    ``StatsCollectorHook(health=dict(on_spike='raise'))`` when a watched
+    name spiked.
 
     Example:
         >>> issubclass(SpikeError, RuntimeError)

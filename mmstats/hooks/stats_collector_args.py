@@ -2,26 +2,29 @@
 """StatsCollectorHook's argument checks: a config mistake fails when the
 hook is built, a wrong type with a TypeError, a wrong value with a
 ValueError, the message naming the argument and the fix
-(:mod:`mmstats.utils.args`).
+(:mod:`mmstats.utils.args`). The health options are
+:class:`mmstats.health.HealthConfig`'s; the flat health keywords of
+earlier releases are folded into ``health=dict(...)`` here
+(:func:`accept_flat_health`).
 """
-import math
+import difflib
+import functools
+import inspect
 import re
 from typing import Any, Dict, Optional, Pattern, Sequence
 
+from mmstats.health import HealthConfig, fold_flat_health
 from mmstats.stats import STAT_NAMES
-from mmstats.utils.args import (check_bool, check_choice, check_log_interval,
-                                check_names, check_positive_int, check_real,
-                                check_str, compile_regex, scope_inline_flags)
+from mmstats.utils.args import (check_bool, check_log_interval, check_names,
+                                check_positive_int, check_str, compile_regex,
+                                scope_inline_flags)
 
 __all__ = [
-    'is_stat', 'check_collector_args', 'check_health_args', 'optional_regex',
+    'is_stat', 'check_collector_args', 'accept_flat_health', 'optional_regex',
     'quantile_levels'
 ]
 
 OWNER = 'StatsCollectorHook'
-NONFINITE_ACTIONS = ('warn', 'raise', 'ignore')
-SPIKE_ACTIONS = ('warn', 'raise')
-SPIKE_STATS = ('max', 'mean')
 QUANTILE = re.compile(r'p(100|\d\d?(\.\d+)?)')  # 'p50', 'p99.9'
 
 
@@ -36,17 +39,17 @@ def is_stat(stat: Any) -> bool:
                                   and QUANTILE.fullmatch(stat) is not None)
 
 
-def check_collector_args(interval: Optional[int], flags: Dict[str, bool],
-                         stats: Sequence[str], log_stats: Sequence[str],
-                         prefix: str, on_nonfinite: str, regex: str,
-                         max_names: int) -> str:
+def check_collector_args(interval: Optional[int], stats: Sequence[str],
+                         log_stats: Sequence[str], prefix: str, regex: str,
+                         max_names: int, **flags: bool) -> str:
     """Raise TypeError (a wrong type) or ValueError (a wrong value) naming
-    a bad argument of StatsCollectorHook (:mod:`mmstats.utils.args`);
-    return ``regex`` with its inline flags scoped.
+    a bad argument of StatsCollectorHook (:mod:`mmstats.utils.args`),
+    ``flags`` the ones that must be True or False; return ``regex`` with
+    its inline flags scoped.
 
     Example:
-        >>> check_collector_args(None, {'by_epoch': False}, ('mean', ),
-        ...                      ('mean', ), 'stats', 'warn', '(?i)loss', 10)
+        >>> check_collector_args(None, ('mean', ), ('mean', ), 'stats',
+        ...                      '(?i)loss', 10, by_epoch=False)
         '(?i:loss)'
     """
     check_log_interval(OWNER, interval)
@@ -61,7 +64,6 @@ def check_collector_args(interval: Optional[int], flags: Dict[str, bool],
         raise ValueError(f'{OWNER}: log_stats {log_stats!r} '
                          f'must be a subset of stats {stats!r}')
     check_str(OWNER, 'prefix', prefix, 'stats')
-    check_choice(OWNER, 'on_nonfinite', on_nonfinite, NONFINITE_ACTIONS)
     check_positive_int(OWNER, 'max_names', max_names, example=1000)
     # the user's pattern on its own: wrapping must not change it
     return compile_regex(
@@ -72,33 +74,45 @@ def check_collector_args(interval: Optional[int], flags: Dict[str, bool],
         hint='; inline flags such as (?i) are allowed at its start').pattern
 
 
-def check_health_args(spike_stat: str, spike_factor: float, spike_window: int,
-                      on_spike: str, histogram_regex: Optional[str],
-                      histogram_buckets: int, sketching: bool) -> None:
-    """Check the spike and histogram arguments (as
-    :func:`check_collector_args`): ``histogram_regex`` needs quantile
-    sketches (``sketching``).
+def accept_flat_health(cls: type) -> type:
+    """Class decorator of StatsCollectorHook: its flat health keywords of
+    earlier releases (``spike_factor=8``, deprecated) are folded into
+    ``health=dict(spike_factor=8)`` with one mmengine WARNING naming the
+    new form, before the keywords are checked (``check_keywords``: any
+    other unknown keyword is refused naming the closest argument, a
+    misspelt health option here, in the new form); both forms at once are
+    a ValueError (:func:`mmstats.health.fold_flat_health`).
 
     Example:
-        >>> check_health_args('max', 1., 20, 'warn', None, 512, False)
-        Traceback (most recent call last):
-        ValueError: StatsCollectorHook: spike_factor must be a finite number \
-> 1 (e.g. spike_factor=4.0), got 1.0
+        >>> @accept_flat_health
+        ... class MyHook:
+        ...     def __init__(self, health=None):
+        ...         self.health = health
+        >>> MyHook(health=dict(spike_factor=8)).health
+        {'spike_factor': 8}
     """
-    check_choice(OWNER, 'spike_stat', spike_stat, SPIKE_STATS)
-    check_choice(OWNER, 'on_spike', on_spike, SPIKE_ACTIONS)
-    check_real(OWNER, 'spike_factor', spike_factor,
-               lambda v: v > 1 and math.isfinite(v),
-               'a finite number > 1 (e.g. spike_factor=4.0)')
-    check_positive_int(OWNER, 'spike_window', spike_window, example=20)
-    check_positive_int(
-        OWNER, 'histogram_buckets', histogram_buckets, example=512)
-    if histogram_regex is not None and not sketching:
-        raise ValueError(
-            f'{OWNER}: histogram_regex={histogram_regex!r} needs quantile '
-            'sketches, which only a quantile in stats switches on: add one, '
-            'e.g. stats=(\'mean\', \'std\', \'min\', \'max\', '
-            '\'p50\'), or set histogram_regex=None')
+    init = cls.__init__
+    params = list(inspect.signature(init).parameters)[1:]  # self
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        options = HealthConfig.names()
+        for name in kwargs:  # a misspelt health option: in the new form
+            if name in params or name in options:
+                continue
+            close = difflib.get_close_matches(name, params + list(options), 1)
+            if close and close[0] in options:
+                raise TypeError(
+                    f'{cls.__name__}: unexpected keyword argument {name!r}; '
+                    f'did you mean health=dict({close[0]}=...)? '
+                    f'{cls.__name__} takes {", ".join(params)}')
+        flat = {name: kwargs.pop(name) for name in options if name in kwargs}
+        if flat:
+            kwargs['health'] = fold_flat_health(kwargs.get('health'), flat)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
 
 
 def optional_regex(name: str, regex: Optional[str]) -> Optional[Pattern]:

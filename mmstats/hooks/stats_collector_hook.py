@@ -3,20 +3,16 @@
 LoggerHook logs (:mod:`.text_line`), with the health checks of
 :mod:`mmstats.health`; its argument checks: :mod:`.stats_collector_args`."""
 from __future__ import annotations
-import logging
 from functools import partial
 from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
 from mmengine.dist import get_world_size
 from mmengine.hooks import Hook
 from mmengine.hooks.hook import DATA_BATCH
-from mmengine.logging import print_log
 
 from mmstats.dist import slowest_rank
-from mmstats.health import (SpikeDetector, SpikeError, gather_origins,
-                            nonfinite_message, rank_origin, spike_message)
-from mmstats.health.histogram_writer import histogram_writers, write_histograms
-from mmstats.health.histograms import MAX_BUCKETS
+from mmstats.health import (HealthConfig, HealthPolicy, gather_origins,
+                            histogram_writers, rank_origin, write_histograms)
 from mmstats.registry import HOOKS
 from mmstats.run_description import log_run_description
 from mmstats.stats import Collector, phase, report
@@ -26,12 +22,11 @@ from mmstats.utils.step_records import join_step_records
 from .interfaces import (StatisticsPublisher, nonfinite_origins,
                          published_names, single_value_kind)
 from .schedule import PublicationSchedule
-from .stats_collector_args import (check_collector_args, check_health_args,
+from .stats_collector_args import (accept_flat_health, check_collector_args,
                                    optional_regex, quantile_levels)
 from .strategies import refuse_unchecked_strategy
-from .text_line import (OUTPUTS_PREFIX, NameMatch, StatsLayout,
-                        collector_patterns, log_own_line,
-                        report_iteration_times)
+from .text_line import (OUTPUTS_PREFIX, StatsLayout, collector_patterns,
+                        log_own_line, report_iteration_times)
 from .worker_loaders import WorkerBatches
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
@@ -45,6 +40,7 @@ SPIKES_KEY = 'mmstats_spike_history'
 
 
 @HOOKS.register_module()
+@accept_flat_health  # the flat health keywords of 0.x, deprecated
 @check_keywords
 class StatsCollectorHook(Hook, StatisticsPublisher):
     """Reduce what :func:`mmstats.report` recorded over all ranks and log it.
@@ -64,8 +60,11 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
     to ``after_run``: building the hook makes nothing live. See
     ``docs/logging.md``.
 
-    A misspelt argument names the closest one; a second
-    StatsCollectorHook in the same run is refused at ``before_run``.
+    The health checks (NaN/inf, spikes, histograms) are configured by
+    ``health=dict(...)`` (:class:`~mmstats.health.HealthConfig`) and
+    decided by a :class:`~mmstats.health.HealthPolicy`. A misspelt
+    argument names the closest one; a second StatsCollectorHook in the
+    same run is refused at ``before_run``.
 
     Args:
         interval (int, optional): Publish every ``interval`` inner
@@ -99,11 +98,6 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
             it got no new values (stale numbers on the line and in the
             visualizers); False publishes nothing for it then. Defaults to
             False.
-        on_nonfinite (str): When a name got NaN/inf values in an interval:
-            ``'warn'`` (its ``nonfinite`` count joins the log line and one
-            warning names it), ``'raise'`` (every rank raises
-            ``FloatingPointError`` at the same iteration) or ``'ignore'``.
-            Defaults to ``'warn'``.
         max_names (int): At most this many names per collector (train, val,
             test); further new names are refused with a warning (see
             :class:`mmstats.Collector`). Defaults to 1000.
@@ -115,36 +109,20 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         hub_regex (str, optional): Names whose statistics also go to the
             message hub as ``<prefix>/<name>/<stat>`` (~10 us per key and
             publication), for a hook of your own. Defaults to None.
-        spike_regex (str, optional): Training names (``re.fullmatch``)
-            watched for spikes: a publication whose ``spike_stat`` over all
-            ranks exceeds ``spike_factor`` times the median of the name's
-            last ``spike_window`` publications (at least 5 of them) warns,
-            naming the rank that reported the largest value (one small
-            collective, only when a name spikes), or raises. None: off (no
-            work). Defaults to ``'loss'``, ``train_step``'s total loss.
-            The histories are saved with checkpoints and continue after a
-            resume. See ``docs/spikes_histograms.md``.
-        spike_stat (str): ``'max'`` (the interval's largest value: a
-            single bad batch on a single rank) or ``'mean'``. Defaults to
-            ``'max'``.
-        spike_factor (float): A value above this many times the median
-            of its history spikes (> 1). Defaults to 4.
-        spike_window (int): Publications of history per watched name.
-            Defaults to 20.
-        on_spike (str): ``'warn'`` (one warning per publication) or
-            ``'raise'`` (:class:`~mmstats.health.SpikeError` on every
-            rank at the same iteration, after that publication's statistics
-            were written). Defaults to ``'warn'``.
-        histogram_regex (str, optional): Names (without ``val/``/``test/``;
-            ``re.fullmatch``) whose all-rank histogram, made from the merged
-            quantile sketch (``stats`` must hold a quantile: log-spaced
-            buckets 2% wide, exact counts), goes to TensorBoard and W&B as
-            ``<prefix>/<name>/hist`` at every publication where they got
-            values (:mod:`mmstats.health.histogram_writer`). None: off.
-            Defaults to None.
-        histogram_buckets (int): At most this many buckets per histogram
-            (adjacent ones merged beyond): at most 16 B each per name and
-            publication in the event file. Defaults to 512 (W&B's limit).
+        health (dict, optional): The health checks' options
+            (:class:`~mmstats.health.HealthConfig`): ``on_nonfinite``
+            (``'warn'``, ``'raise'`` or ``'ignore'``), spikes
+            (``spike_regex``, ``spike_stat``, ``spike_factor``,
+            ``spike_window``, ``on_spike``), histograms
+            (``histogram_regex``, ``histogram_buckets``); e.g.
+            ``health=dict(on_nonfinite='raise', spike_factor=8)``. None:
+            the defaults (warn on NaN/inf and on spikes of ``loss``, no
+            histogram). The flat keywords of earlier releases
+            (``spike_factor=8``) are still accepted with one mmengine
+            WARNING (in the log: a ``DeprecationWarning`` would be hidden)
+            naming the new form; both forms at once are an error. See
+            ``docs/spikes_histograms.md``, ``docs/nonfinite.md``. Defaults
+            to None.
 
     Example:
         >>> # in a config: custom_hooks = [
@@ -167,25 +145,22 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
                  collect_outputs: bool = True,
                  collect_timing: bool = True,
                  keep_previous: bool = False,
-                 on_nonfinite: str = 'warn',
+                 *,
                  max_names: int = 1000,
                  log_regex: str = r'(?!modules/).*',
                  hub_regex: Optional[str] = None,
-                 spike_regex: Optional[str] = 'loss',
-                 spike_stat: str = 'max',
-                 spike_factor: float = 4.,
-                 spike_window: int = 20,
-                 on_spike: str = 'warn',
-                 histogram_regex: Optional[str] = None,
-                 histogram_buckets: int = MAX_BUCKETS) -> None:
+                 health: Optional[dict] = None) -> None:
         scoped = check_collector_args(
             interval,
-            dict(
-                by_epoch=by_epoch,
-                collect_outputs=collect_outputs,
-                collect_timing=collect_timing,
-                keep_previous=keep_previous), stats, log_stats, prefix,
-            on_nonfinite, regex, max_names)
+            stats,
+            log_stats,
+            prefix,
+            regex,
+            max_names,
+            by_epoch=by_epoch,
+            collect_outputs=collect_outputs,
+            collect_timing=collect_timing,
+            keep_previous=keep_previous)
         self.schedule: Optional[PublicationSchedule] = None
         self.interval = interval
         self.by_epoch = by_epoch
@@ -196,26 +171,15 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         self.prefix = prefix
         self.collect_outputs = collect_outputs
         self.collect_timing = collect_timing
-        self.on_nonfinite = on_nonfinite
         self._patterns = collector_patterns(scoped)
         self.keep_previous = keep_previous
         self.max_names = max_names
         self.quantiles = quantile_levels(stats)
-        check_health_args(spike_stat, spike_factor, spike_window, on_spike,
-                          histogram_regex, histogram_buckets,
-                          bool(self.quantiles))
-        self.spike_regex = optional_regex('spike_regex', spike_regex)
-        self.spike_stat = spike_stat
-        self.on_spike = on_spike
-        self.spikes = None if spike_regex is None else SpikeDetector(
-            spike_factor, spike_window)
-        self.histogram_regex = optional_regex('histogram_regex',
-                                              histogram_regex)
-        self.histogram_buckets = histogram_buckets
+        self.health = HealthPolicy(HealthConfig.build(health), OWNER)
+        self.health.config.check_sketching(bool(self.quantiles))
         # built in before_run, dropped in after_run
         self.collectors: Dict[str, Collector] = {}
         self._previous_phase: Optional[str] = None
-        self._resumed_spikes: Optional[dict] = None  # a checkpoint's
         self._start_run()
 
     @property
@@ -235,15 +199,10 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         self._batches = WorkerBatches()
         self._layout = StatsLayout(self.prefix, self.stats, self.log_stats,
                                    self.log_regex, self.hub_regex,
-                                   self.on_nonfinite != 'ignore', OWNER)
-        self._spike_match = None if self.spike_regex is None else NameMatch(
-            self.spike_regex)
-        self._hist_match = None if self.histogram_regex is None else (
-            NameMatch(self.histogram_regex))
+                                   self.health.flags_nonfinite, OWNER)
         self._hist_writers: list = []  # rank 0's TensorBoard / W&B backends
         self._summaries: list = []  # hooks that summarise their names
-        if self.spikes is not None:
-            self.spikes.load_state_dict(self._resumed_spikes or {})
+        self.health.begin_run()  # a checkpoint's spike histories, or none
         self._time_sum = 0.0
         self._unpublished = 0  # training iterations since the publication
         self._last_iter: Optional[int] = None  # the last one published
@@ -260,7 +219,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         self._layout.single_value = partial(single_value_kind, self._summaries)
         self._layout.world_size = get_world_size()
         join_step_records(runner.visualizer)
-        if self.histogram_regex is not None:
+        if self.health.writes_histograms:
             self._hist_writers = histogram_writers(runner.visualizer)
         self.collectors = {
             mode:
@@ -274,7 +233,8 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
 
     def after_run(self, runner: Runner) -> None:
         """Drop the collectors and a checkpoint's spike histories."""
-        self.collectors, self._resumed_spikes = {}, None
+        self.collectors = {}
+        self.health.end_run()
 
     def publishes_after(self, runner: Runner, batch_idx: int) -> bool:
         """Whether the statistics are published after training iteration
@@ -301,40 +261,26 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
                 values.update(zip(stats, collector.quantile(name, list(qs))))
         return self._layout.published(results)
 
-    def _iterations_text(self, mode: str) -> str:
-        """Which iterations a training publication covers, for a warning:
-        ``'iteration 8 (iterations 5-8 since the previous publication'``
-        (the caller closes the parenthesis)."""
-        last = self._last_iter
-        if mode != 'train' or last is None:
-            return 'this interval (since the previous publication'
-        first = last - self._unpublished + 1
-        return (f'iteration {last} (iterations {first}-{last} since the '
-                'previous publication')
+    def _covered(self, mode: str) -> tuple:
+        """``(last iteration, count)`` a training publication covers, for
+        the health messages (None: not a training one)."""
+        return (self._last_iter if mode == 'train' else None,
+                self._unpublished)
 
     def _check_nonfinite(self, runner: Runner, results: dict,
                          mode: str) -> None:
-        """Warn or raise, on every rank together, when the reduced
-        statistics hold NaN/inf counts; only then one ``all_gather_object``
-        (``docs/nonfinite.md``)."""
-        bad = {
-            name: int(values['nonfinite'])
-            for name, values in results.items() if values['nonfinite']
-        }
+        """Show the NaN/inf counts; where the policy reports them, gather
+        where they started (one ``all_gather_object``, only then) and let
+        it warn or raise on every rank together (``docs/nonfinite.md``)."""
+        bad = self.health.nonfinite_counts(results)
         self._layout.nonfinite_names.update(bad)
-        if not bad or self.on_nonfinite == 'ignore':
+        if not self.health.reports_nonfinite(bad):
             return
         local = self._layout.local_names(  # this rank's counts
             self.collectors[mode].local_nonfinite(), bad)
         modules = nonfinite_origins(runner) if mode == 'train' else []
         origins = gather_origins(rank_origin(local, modules))
-        # every rank formats the same text from the same gathered list
-        message = nonfinite_message(
-            OWNER, origins, bad, f'{self._iterations_text(mode)}, over all '
-            'ranks)')
-        if self.on_nonfinite == 'raise':  # same data on every rank
-            raise FloatingPointError(message)
-        print_log(message, 'current', level=logging.WARNING)
+        self.health.nonfinite_found(origins, bad, *self._covered(mode))
 
     def _publish(self, runner: Runner, mode: str, logged: bool,
                  step: int) -> dict:
@@ -344,7 +290,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         for LoggerHook's line (if ``logged``). Returns the text ones."""
         results = self.collect(mode)
         self._check_nonfinite(runner, results, mode)
-        spiked = self._check_spikes(runner, mode, results)
+        spiked = self._check_spikes(mode, results)
         every = self._layout.scalars(results)
         if mode == 'train' and self.collect_timing:
             total, self._time_sum = self._time_sum, 0.0
@@ -353,13 +299,11 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
                 every[f'{self.prefix}/data_time/slowest_rank'] = slowest
         self._layout.to_hub_history(runner.message_hub, every)
         if self._hist_writers:  # before the scalars: W&B's commit
-            write_histograms(self._hist_writers, self.collectors[mode],
-                             results, self._hist_match, self._layout.source,
-                             f'{self.prefix}/', self.histogram_buckets, step)
+            self._write_histograms(mode, results, step)
         if every:
             runner.visualizer.add_scalars(every, step=step)
         if spiked is not None:  # every rank, the numbers written
-            raise SpikeError(spiked)
+            raise spiked
         text = self._layout.scalars(results, text=True)
         if mode == 'train':
             for source in self._summaries:
@@ -368,32 +312,26 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
             self._layout.to_text_line(runner, mode, text)
         return text
 
-    def _check_spikes(self, runner: Runner, mode: str,
-                      results: dict) -> Optional[str]:
-        """Feed the watched training names' new ``spike_stat`` to the
-        detector (the same on every rank); warn about spikes (a collective,
-        only then), or return the message where ``on_spike='raise'``."""
-        if self.spikes is None or mode != 'train':
-            return None
+    def _check_spikes(self, mode: str, results: dict) -> Optional[Exception]:
+        """Let the policy check the watched names; if some spiked, find the
+        ranks of their largest values (a collective, only then) and let it
+        warn, or return the error to raise with ``on_spike='raise'``."""
         collector, source = self.collectors[mode], self._layout.source
-        watched = {
-            name: values[self.spike_stat]
-            for name, values in results.items()
-            if self._spike_match(name) and collector.is_new(source(name))
-        }
-        spikes = self.spikes.check(watched) if watched else []
+        spikes = self.health.check_spikes(
+            mode, results, lambda name: collector.is_new(source(name)))
         if not spikes:
             return None
         ranks = collector.largest_ranks([source(s.name) for s in spikes])
-        message = spike_message(
-            OWNER, spikes, self.spike_stat,
-            {s.name: ranks[source(s.name)]
-             for s in spikes}, f'{self._iterations_text(mode)}, over all '
-            f'ranks; spike_factor={self.spikes.factor:g})')
-        if self.on_spike == 'raise':
-            return message
-        print_log(message, 'current', level=logging.WARNING)
-        return None
+        return self.health.spikes_found(
+            spikes, {s.name: ranks[source(s.name)]
+                     for s in spikes}, *self._covered(mode))
+
+    def _write_histograms(self, mode: str, results: dict, step: int) -> None:
+        """The policy's names' all-rank histograms, rank 0's writers."""
+        write_histograms(self._hist_writers, self.collectors[mode], results,
+                         self.health.wants_histogram, self._layout.source,
+                         f'{self.prefix}/',
+                         self.health.config.histogram_buckets, step)
 
     # -- values reported in DataLoader workers ride with their batches ----
     def before_train(self, runner: Runner) -> None:
@@ -404,16 +342,14 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
     before_val = before_test = before_train
 
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
-        """Save the spike detector's histories with the checkpoint."""
-        if self.spikes is not None:
-            checkpoint.setdefault('meta', {})[SPIKES_KEY] = (
-                self.spikes.state_dict())
+        """Save the policy's spike histories with the checkpoint."""
+        state = self.health.state_dict()
+        if state is not None:
+            checkpoint.setdefault('meta', {})[SPIKES_KEY] = state
 
     def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
         """Continue them (also after ``before_run``'s reset)."""
-        self._resumed_spikes = checkpoint.get('meta', {}).get(SPIKES_KEY)
-        if self.spikes is not None and self._resumed_spikes is not None:
-            self.spikes.load_state_dict(self._resumed_spikes)
+        self.health.load_state_dict(checkpoint.get('meta', {}).get(SPIKES_KEY))
 
     def _before_iter(self,
                      runner: Runner,

@@ -18,7 +18,7 @@ from mmengine.registry import HOOKS as ROOT_HOOKS
 from mmengine.runner import Runner
 
 from mmstats import report
-from mmstats.health.spikes import SpikeError
+from mmstats.health import SpikeError
 from mmstats.stats.sketch import DEFAULT_BUCKETS
 from mmstats.utils.torch_compat import torch_at_least
 from tests.helpers.dist import run_distributed
@@ -81,6 +81,11 @@ class PlantHook(Hook):
             report('spread', x)
 
 
+def _stats_hook(runner):
+    from mmstats.hooks import StatsCollectorHook
+    return [h for h in runner.hooks if isinstance(h, StatsCollectorHook)][0]
+
+
 def _plant(runner) -> PlantHook:
     return [h for h in runner.hooks if isinstance(h, PlantHook)][0]
 
@@ -88,7 +93,7 @@ def _plant(runner) -> PlantHook:
 def _count_publication_work(runner) -> dict:
     """Count the calls of the hook's spike check and histogram writing
     (they must run at publications only)."""
-    hook = [h for h in runner.hooks if hasattr(h, 'spikes')][0]
+    hook = _stats_hook(runner)
     counts = dict(_check_spikes=0, _write_histograms=0)
     for name in counts:
         method = getattr(hook, name)
@@ -184,8 +189,8 @@ def test_healthy_run_never_spikes(tmp_path, clean_mmengine, caplog):
     assert calls == dict(_check_spikes=len(STEPS) + 1, _write_histograms=0)
     assert expected_spikes(np.array([_plant(runner).losses])) == {}
     assert not [w for w in warnings_logged(caplog) if 'spike' in w]
-    hook = [h for h in runner.hooks if hasattr(h, 'spikes')][0]
-    assert len(hook.spikes.history('loss')) == len(STEPS)  # watched
+    hook = _stats_hook(runner)
+    assert len(hook.health.detector.history('loss')) == len(STEPS)  # watched
 
 
 def test_spike_of_the_mean_and_a_smaller_factor(tmp_path, clean_mmengine,
@@ -195,7 +200,8 @@ def test_spike_of_the_mean_and_a_smaller_factor(tmp_path, clean_mmengine,
     runner = _train(
         tmp_path,
         plant=dict(spike_at=SPIKE_AT, scale=5.),
-        hook=dict(spike_stat='mean', spike_factor=1.5, spike_window=4))
+        hook=dict(
+            health=dict(spike_stat='mean', spike_factor=1.5, spike_window=4)))
     with mmengine_logs(caplog):
         runner.train()
     losses = np.array(_plant(runner).losses)
@@ -209,7 +215,7 @@ def test_spike_of_the_mean_and_a_smaller_factor(tmp_path, clean_mmengine,
     assert [int(re.search(r'iteration (\d+)', w).group(1))
             for w in warned] == expected
     for w in warned:
-        assert 'loss mean ' in w and 'last 4 publications' in w
+        assert 'loss: mean ' in w and 'last 4 publications' in w
 
 
 # -- spikes: 2 processes ----------------------------------------------------
@@ -269,7 +275,7 @@ def test_two_ranks_name_the_rank_of_the_spike_one_collective_more(tmp_path):
         2,
         str(tmp_path / 'b'),
         dict(spike_at=SPIKE_AT, spike_rank=1),
-        dict(spike_regex=None),
+        dict(health=dict(spike_regex=None)),
         timeout=240)
     assert not _spikes_logged(off[0]['log'])
     for on, without in zip(planted, off):
@@ -284,7 +290,7 @@ def test_two_ranks_raise_on_every_rank_at_the_same_iteration(tmp_path):
         2,
         str(tmp_path),
         dict(spike_at=SPIKE_AT, spike_rank=0),
-        dict(on_spike='raise'),
+        dict(health=dict(on_spike='raise')),
         timeout=240)
     for result in results:
         assert result['iter'] == SPIKE_AT  # stopped in that iteration
@@ -300,7 +306,8 @@ def test_two_ranks_raise_on_every_rank_at_the_same_iteration(tmp_path):
 
 
 # -- histograms -------------------------------------------------------------
-HIST_HOOK = dict(stats=('mean', 'max', 'p50'), histogram_regex='spread|loss')
+HIST_HOOK = dict(
+    stats=('mean', 'max', 'p50'), health=dict(histogram_regex='spread|loss'))
 TAG = 'stats/spread/hist'
 
 
@@ -369,7 +376,9 @@ def test_tensorboard_histograms_of_every_publication(tmp_path, clean_mmengine,
     runner = _train(
         tmp_path,
         plant=dict(spread=True),
-        hook=dict(HIST_HOOK, histogram_buckets=max_buckets),
+        hook=dict(
+            HIST_HOOK,
+            health=dict(HIST_HOOK['health'], histogram_buckets=max_buckets)),
         vis=[dict(type='TensorboardVisBackend')])
     calls = _count_publication_work(runner)
     runner.train()
@@ -390,7 +399,10 @@ def test_names_without_new_values_get_no_histogram_and_no_spike_check(
     runner = _train(
         tmp_path,
         plant=dict(spread=True, spread_iters=(16, 20)),
-        hook=dict(HIST_HOOK, keep_previous=True, spike_regex='spread|loss'),
+        hook=dict(
+            HIST_HOOK,
+            keep_previous=True,
+            health=dict(HIST_HOOK['health'], spike_regex='spread|loss')),
         vis=[dict(type='LocalVisBackend'),
              dict(type='TensorboardVisBackend')])
     runner.train()
@@ -405,11 +417,11 @@ def test_names_without_new_values_get_no_histogram_and_no_spike_check(
         _check_histogram(histograms[TAG][step],
                          spreads[2 * i:2 * i + 2].ravel(), 512)
     assert sorted(histograms['stats/loss/hist']) == STEPS
-    hook = [h for h in runner.hooks if hasattr(h, 'spikes')][0]
-    assert hook.spikes.history('spread') == [
+    hook = _stats_hook(runner)
+    assert hook.health.detector.history('spread') == [
         spreads[:2].max(), spreads[2:].max()
     ]
-    assert len(hook.spikes.history('loss')) == len(STEPS)
+    assert len(hook.health.detector.history('loss')) == len(STEPS)
 
 
 def _hist_rank(rank, world, work_dir):
@@ -584,7 +596,10 @@ def test_real_wandb_accepts_the_histogram():
 # -- configuration ----------------------------------------------------------
 def test_histograms_without_a_writer_warn_at_before_run(
         tmp_path, clean_mmengine, caplog):
-    runner = _train(tmp_path, hook=dict(HIST_HOOK, spike_regex=None))
+    runner = _train(
+        tmp_path,
+        hook=dict(
+            HIST_HOOK, health=dict(HIST_HOOK['health'], spike_regex=None)))
     with mmengine_logs(caplog):
         runner.call_hook('before_run')
     warned = warnings_logged(caplog)
@@ -593,18 +608,22 @@ def test_histograms_without_a_writer_warn_at_before_run(
 
 
 @pytest.mark.parametrize('args, error, text', [
-    (dict(histogram_regex='loss'), ValueError,
+    (dict(health=dict(histogram_regex='loss')), ValueError,
      "needs quantile sketches, which only a quantile in stats switches on: "
      "add one, e.g. stats=('mean', 'std', 'min', 'max', 'p50')"),
-    (dict(spike_factor=1.), ValueError, 'spike_factor must be a finite'),
-    (dict(spike_factor='4'), TypeError, 'spike_factor must be'),
-    (dict(spike_window=0), ValueError, 'spike_window must be a positive'),
-    (dict(on_spike='ignore'), ValueError, "on_spike must be one of"),
-    (dict(spike_stat='p99'), ValueError, 'spike_stat must be one of'),
-    (dict(spike_regex='loss('), ValueError, 'spike_regex'),
-    (dict(histogram_regex='(',
+    (dict(health=dict(spike_factor=1.)), ValueError,
+     'spike_factor must be a finite'),
+    (dict(health=dict(spike_factor='4')), TypeError, 'spike_factor must be'),
+    (dict(health=dict(spike_window=0)), ValueError,
+     'spike_window must be a positive'),
+    (dict(health=dict(on_spike='ignore')), ValueError,
+     "on_spike must be one of"),
+    (dict(health=dict(spike_stat='p99')), ValueError,
+     'spike_stat must be one of'),
+    (dict(health=dict(spike_regex='loss(')), ValueError, 'spike_regex'),
+    (dict(health=dict(histogram_regex='('),
           stats=('mean', 'p50')), ValueError, 'histogram_regex'),
-    (dict(histogram_buckets=0, stats=('mean', 'p50')), ValueError,
+    (dict(health=dict(histogram_buckets=0), stats=('mean', 'p50')), ValueError,
      'histogram_buckets must be a positive int'),
 ])
 def test_config_mistakes_fail_when_the_hook_is_built(args, error, text):
@@ -615,8 +634,8 @@ def test_config_mistakes_fail_when_the_hook_is_built(args, error, text):
 
 def test_switched_off_nothing_is_kept():
     from mmstats.hooks import StatsCollectorHook
-    hook = StatsCollectorHook(spike_regex=None)
-    assert hook.spikes is None and hook.histogram_regex is None
+    hook = StatsCollectorHook(health=dict(spike_regex=None))
+    assert hook.health.detector is None and not hook.health.writes_histograms
     assert hook._hist_writers == []
 
 
@@ -628,8 +647,7 @@ def test_spike_history_is_saved_and_resumed(tmp_path, clean_mmengine):
     hook = dict(
         type='mmstats.StatsCollectorHook',
         interval=1,
-        spike_regex='loss',
-        spike_window=4)
+        health=dict(spike_regex='loss', spike_window=4))
     cfg = toy_cfg(
         tmp_path,
         by_epoch=False,
@@ -656,11 +674,11 @@ def test_spike_history_is_saved_and_resumed(tmp_path, clean_mmengine):
         resume=True)
     resumed = Runner.from_cfg(cfg)
     seen = []
-    stats = [h for h in resumed.hooks if hasattr(h, 'spikes')][0]
+    stats = _stats_hook(resumed)
     before_train = stats.before_train
 
     def check(runner):
-        seen.append(stats.spikes.history('loss'))
+        seen.append(stats.health.detector.history('loss'))
         before_train(runner)
 
     stats.before_train = check

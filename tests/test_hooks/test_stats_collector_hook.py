@@ -42,8 +42,10 @@ from tests.helpers.logs import mmengine_logs, warnings_logged
     (dict(log_regex=3), TypeError, 'log_regex must be a str'),
     (dict(prefix=''), ValueError, 'prefix must be a non-empty str'),
     (dict(prefix=1), TypeError, 'prefix must be a non-empty str'),
-    (dict(on_nonfinite='stop'), ValueError, 'on_nonfinite must be one of'),
-    (dict(on_nonfinite=None), TypeError, 'on_nonfinite must be one of'),
+    (dict(health=dict(on_nonfinite='stop')), ValueError,
+     'on_nonfinite must be one of'),
+    (dict(health=dict(on_nonfinite=None)), TypeError,
+     'on_nonfinite must be one of'),
     (dict(max_names=0), ValueError, 'max_names must be a positive int'),
     (dict(stats=('mean', 'p101')), ValueError, 'or quantiles "pNN"'),
     (dict(stats=('mean', 'p')), ValueError, 'or quantiles "pNN"'),
@@ -54,6 +56,41 @@ def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, error, match):
     with pytest.raises(error, match=match) as info:
         HOOKS.build(dict(type='StatsCollectorHook', **kwargs))
     assert type(info.value) is error
+
+
+def test_the_flat_health_keywords_still_work_and_warn(caplog):
+    """The keywords of earlier releases (deprecated): folded into
+    ``health=dict(...)`` with one warning naming the new form, from a
+    config too; both forms at once are refused naming both."""
+    with mmengine_logs(caplog):
+        hook = HOOKS.build(
+            dict(
+                type='StatsCollectorHook',
+                on_nonfinite='raise',
+                spike_factor=8,
+                histogram_regex='loss',
+                stats=('mean', 'p50')))
+    assert warnings_logged(caplog) == [
+        "StatsCollectorHook: on_nonfinite='raise', spike_factor=8, "
+        "histogram_regex='loss' are deprecated (accepted until the next "
+        "release); write health=dict(on_nonfinite='raise', spike_factor=8, "
+        "histogram_regex='loss')"
+    ]
+    new = StatsCollectorHook(
+        stats=('mean', 'p50'),
+        health=dict(
+            on_nonfinite='raise', spike_factor=8, histogram_regex='loss'))
+    assert hook.health.config == new.health.config
+    with pytest.raises(
+            ValueError,
+            match=r"spike_factor=8 \(deprecated\) "
+            r"and health=\{'spike_window': 3\} are both given"):
+        StatsCollectorHook(spike_factor=8, health=dict(spike_window=3))
+    with pytest.raises(ValueError, match='spike_window must be a positive'):
+        StatsCollectorHook(spike_window=0)  # checked as the new form
+    with pytest.raises(TypeError, match='takes from 1 to 10 positional'):
+        StatsCollectorHook(None, False, '.*', STATS, ('mean', ), 'stats', True,
+                           True, False, 'warn')  # on_nonfinite
 
 
 def test_registered_and_runs_before_the_logger_hook():
@@ -221,7 +258,7 @@ def test_nonfinite_actions(action, caplog):
         interval=2,
         collect_outputs=False,
         collect_timing=False,
-        on_nonfinite=action,
+        health=dict(on_nonfinite=action),
         hub_regex='.*')
     runner, published = mock_runner(100, IterBasedTrainLoop, 2)
     hook.before_run(runner)

@@ -162,10 +162,10 @@ def test_real_runner_iteration_based_and_nonfinite_warning(
     assert scalars[8]['stats/loss/nonfinite'] == 1
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
     assert '  loss/nonfinite: 1.0000' in log
-    assert log.count('non-finite values reported') == 1  # one warning
+    assert log.count('non-finite values at') == 1  # one warning
     # the NaN of iteration 6 (nan_at=5, 0-based) is in the second interval
     assert (
-        'non-finite values reported at iteration 8 (iterations 5-8 since '
+        'non-finite values at iteration 8 (iterations 5-8 since '
         'the previous publication, over all ranks): loss (1 NaN/inf)') in log
 
 
@@ -182,8 +182,8 @@ def test_nonfinite_warning_names_the_epochs_iterations(tmp_path,
     runner.train()
     assert len(recorder(runner).losses) == 20
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
-    assert log.count('non-finite values reported') == 1
-    assert ('non-finite values reported at iteration 20 (iterations 11-20 '
+    assert log.count('non-finite values at') == 1
+    assert ('non-finite values at iteration 20 (iterations 11-20 '
             'since the previous publication, over all ranks): loss') in log
 
 
@@ -215,7 +215,7 @@ def _train_rank(rank, world_size, work_dir, hook_args, on_nonfinite='warn'):
     cfg.custom_hooks = [
         dict(
             type='mmstats.StatsCollectorHook',
-            on_nonfinite=on_nonfinite,
+            health=dict(on_nonfinite=on_nonfinite),
             hub_regex='.*'),
         dict(type='LossRecorderHook', **hook_args)
     ]

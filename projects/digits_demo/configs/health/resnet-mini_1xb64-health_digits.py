@@ -15,9 +15,10 @@ custom_hooks = [
     dict(
         type='mmstats.StatsCollectorHook',
         stats=('mean', 'std', 'min', 'max', 'p50'),  # a quantile: sketches
-        on_nonfinite='raise',  # NaN/inf: FloatingPointError on every rank
-        spike_regex='loss',  # warns when the loss jumps to 4x its median
-        histogram_regex='loss|model/feat_norm'),  # all-rank histograms
+        health=dict(
+            on_nonfinite='raise',  # NaN/inf: FloatingPointError on all ranks
+            spike_regex='loss',  # warns when the loss jumps to 4x its median
+            histogram_regex='loss|model/feat_norm')),  # all-rank histograms
     dict(
         type='mmstats.ModuleStatsHook',
         modules=r'backbone\.(stem|stages\.\d)|head',
