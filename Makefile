@@ -99,14 +99,18 @@ lint: install
 docs: install
 	$(PY) -m sphinx -W -q -b html docs docs/_build/html
 
-# Opt-in, never in CI: mmdet 3.3.0 and mmsegmentation 1.2.2 trained with
-# their own configs and tools/train.py on 1 and 2 CPU processes, mmstats'
-# hooks on, every number recomputed. Builds what it needs once, outside
-# $(VENV): mmcv 2.1.0's CPU ops (~40 min; ~/.cache/mmstats/wheels) and
-# .venv-downstream (mmcv and the main venv's mmcv-lite are one module).
+# Opt-in, never in CI: OpenMMLab's packages trained with their own configs
+# and tools/train.py on 1 and 2 CPU processes, mmstats' hooks on, every
+# number recomputed. STACK=upstream (default: mmdet 3.3.0, mmsegmentation
+# 1.2.2) or STACK=onedl (the maintained fork: onedl-mmdetection 3.5.1,
+# onedl-mmsegmentation 1.4.2, onedl-mmpretrain 1.3.6). Builds what it needs
+# once, outside $(VENV): the mmcv's CPU ops (~40 min;
+# ~/.cache/mmstats/wheels) and .venv-downstream[-onedl] (mmcv and the main
+# venv's mmcv-lite are one module).
+STACK ?= upstream
 .PHONY: test-downstream
 test-downstream:
-	bash tools/downstream/run.sh
+	DOWNSTREAM_STACK=$(STACK) bash tools/downstream/run.sh
 
 benchmark: install
 	$(PIP) -e '.[benchmarks]'

@@ -8,6 +8,9 @@
   <city>/<name>_leftImg8bit.png`` and ``gtFine/.../
   <name>_gtFine_labelTrainIds.png``, 19 train ids and 255), what
   ``CityscapesDataset`` reads.
+- ``data/tinycls/``: mmpretrain's ``CustomDataset`` layout
+  (``{train,val}/<class>/<name>.png``): the 3 categories' shapes on noise,
+  64x64.
 
 Example:
     .. code-block:: bash
@@ -123,12 +126,38 @@ def make_cityscapes(root: str, seed: int = 1) -> dict:
     return dict(CITYSCAPES)
 
 
+CLS_IMAGES = {'train': 4, 'val': 2}  # per class
+CLS_SIZE = 64
+
+
+def make_classification(root: str, seed: int = 2) -> dict:
+    """Write ``root/data/tinycls``; return the number of images per split
+    (each class a folder: ``CustomDataset`` takes the classes from them)."""
+    rng = np.random.default_rng(seed)
+    counts = {}
+    for split, per_class in CLS_IMAGES.items():
+        for cat, (name, colour) in enumerate(zip(CATEGORIES, COLOURS)):
+            folder = osp.join(root, 'data', 'tinycls', split, name)
+            os.makedirs(folder, exist_ok=True)
+            for index in range(per_class):
+                img = _noise(rng, CLS_SIZE, CLS_SIZE)
+                w = int(rng.integers(16, 40)) if cat != 1 else 48
+                h = int(rng.integers(16, 40)) if cat != 1 else 12
+                x = int(rng.integers(0, CLS_SIZE - w))
+                y = int(rng.integers(0, CLS_SIZE - h))
+                img[y:y + h, x:x + w] = colour
+                cv2.imwrite(osp.join(folder, f'{index:03d}.png'), img)
+        counts[split] = per_class * len(CATEGORIES)
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('root', help='the data go to ROOT/data/')
     args = parser.parse_args()
     print('coco', make_coco(args.root))
     print('cityscapes', make_cityscapes(args.root))
+    print('tinycls', make_classification(args.root))
 
 
 if __name__ == '__main__':
