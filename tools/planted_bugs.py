@@ -67,8 +67,9 @@ BUGS = [
         'total = self._time_sum',
         ('tests/test_hooks/test_stats_collector_hook.py', )),
     Bug('B8', "on_nonfinite='ignore' still warning",
-        'mmstats/hooks/stats_collector_hook.py',
-        "if not bad or self.on_nonfinite == 'ignore':", 'if not bad:',
+        'mmstats/health/policy.py',
+        "return bool(bad) and self.config.on_nonfinite != 'ignore'",
+        'return bool(bad)',
         ('tests/test_hooks/test_stats_collector_hook.py', )),
     # B9 (gradients unscaled twice after a user's unscale_) has no place to
     # be planted any more: ModuleStatsHook reads gradients in the optimizer's
@@ -482,8 +483,8 @@ BUGS = [
         '            pass', ('tests/test_hooks/test_random_state_hook.py', )),
     Bug('CK6', 'the spike histories not saved with the checkpoint',
         'mmstats/hooks/stats_collector_hook.py',
-        "            checkpoint.setdefault('meta', {})[SPIKES_KEY] = (",
-        '            {}.setdefault(\'meta\', {})[SPIKES_KEY] = (',
+        "            checkpoint.setdefault('meta', {})[SPIKES_KEY] = state",
+        "            {}.setdefault('meta', {})[SPIKES_KEY] = state",
         ('tests/test_hooks/test_stats_collector_health.py', )),
     Bug(
         'CK7', "evaluation through DeepSpeed's own loading (a ZeRO-3 "
@@ -545,6 +546,10 @@ BUGS = [
         "exchanging (the model keeps the EMA model's BN statistics)",
         'mmstats/precise_bn/ema.py', 'buf_b.copy_(kept)', 'buf_b.copy_(buf_a)',
         ('tests/test_precise_bn/test_ema.py', )),
+    Bug('HP1', 'a re-published (kept) statistic fed to the spike history',
+        'mmstats/health/policy.py',
+        'if self._spike_names(name) and is_new(name)',
+        'if self._spike_names(name)', ('tests/test_health/test_policy.py', )),
 ]
 
 
