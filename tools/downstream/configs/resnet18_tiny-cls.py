@@ -55,7 +55,7 @@ test_evaluator = val_evaluator
 train_cfg = dict(max_epochs=2, val_interval=2)
 default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=2))
 
-modules = r'backbone\.layer\d|neck|head\.fc'
+modules = r'backbone\.layer\d|head\.fc'  # the neck (pooling) has no weights
 custom_hooks = [
     dict(type='EMAHook', momentum=0.01, priority='ABOVE_NORMAL'),
     dict(type='mmstats.PreciseBNHook', num_samples=8, interval=1),
