@@ -1,9 +1,14 @@
 """The layering of docs/architecture.md: the core packages (``stats``, the
 report side; ``precise_bn``, ``module_stats``, ``health``, ``throughput``,
 ``wrappers``) import nothing of mmengine's Runner or of the hooks, and no
-module imports from a layer above its own; Runner-facing code lives under
-``mmstats/hooks``, where hooks stay thin (no tensor math, no collective, no
-hook importing another)."""
+module imports from a layer above its own. Runner-facing code lives under
+``mmstats/hooks`` and, one layer below it, ``mmstats/publish``: what the
+hooks share of a Runner (the publication schedule, the keys and the log
+line, the refused strategies, the loaders' worker plumbing), which reads
+the attributes of the runner a hook passes it but holds no hook (no
+``Hook`` subclass, nothing registered) and, like the hooks, no tensor math
+and no collective. Hooks stay thin (no tensor math, no collective, no hook
+importing another; at most two files per hook, plus ``interfaces.py``)."""
 import ast
 import pathlib
 import re
@@ -236,6 +241,7 @@ LAYERS = (
     ('mmstats.health', 'mmstats.throughput', 'mmstats.precise_bn',
      'mmstats.wrappers', 'mmstats.training_stats'),
     ('mmstats.module_stats', ),
+    ('mmstats.publish', ),  # what the hooks share of a Runner: no hook
     ('mmstats.hooks', 'mmstats.strategies'),  # the Runner-facing ones
     ('mmstats.tools', ),  # the launchers
 )
@@ -278,11 +284,13 @@ def test_the_layer_check_sees_an_import_going_up(tmp_path):
         'mmstats.stats.reporting': {'mmstats.health.spikes'},  # up
         'mmstats.health.spikes': {'mmstats.throughput'},  # sideways
         'mmstats.module_stats.norms': {'mmstats.health', 'mmstats.dist'},
-        'mmstats.hooks.x_hook': {'mmstats.hooks.schedule'},  # own package
+        'mmstats.hooks.x_hook': {'mmstats.hooks.interfaces'},  # own package
+        'mmstats.publish.schedule': {'mmstats.hooks.interfaces'},  # up
     }
     assert upward_imports(graph) == [
         'mmstats.stats.reporting -> mmstats.health.spikes',
-        'mmstats.health.spikes -> mmstats.throughput'
+        'mmstats.health.spikes -> mmstats.throughput',
+        'mmstats.publish.schedule -> mmstats.hooks.interfaces'
     ]
 
 
@@ -327,6 +335,18 @@ def tensor_calls(path: pathlib.Path) -> list:
 
 def test_hooks_hold_no_tensor_math_and_no_collective():
     assert [c for path in HOOKS for c in tensor_calls(path)] == []
+
+
+PUBLISH = sorted((ROOT / 'publish').glob('*.py'))
+
+
+def test_publish_holds_no_tensor_math_and_no_collective():
+    """``mmstats/publish`` is the hooks' side of the Runner: the same rule
+    as ``hooks/`` (and no copies or in-place arithmetic either)."""
+    assert [
+        c for path in PUBLISH
+        for c in tensor_calls(path) + hook_tensor_calls(path)
+    ] == []
 
 
 def test_the_tensor_check_sees_math_and_collectives(tmp_path):
@@ -462,3 +482,70 @@ def test_the_length_check_counts_code_not_docstrings(tmp_path):
                     '    return 1\n\n\ndef long():\n    a = 1\n'
                     '    b = 2\n    return a + b\n')
     assert long_functions(fake, 3) == ['x.py:8 long (4 lines)']
+
+
+# -- hooks/ holds hooks; publish/ holds none -----------------------------------
+#: what ``mmstats/hooks`` holds beside the ``*_hook.py`` files
+HOOK_PACKAGE_EXTRAS = ('__init__.py', 'interfaces.py')
+
+
+def hook_files_beyond_two(paths: list) -> list:
+    """Files of ``hooks/`` that are neither a hook, nor ``interfaces.py`` /
+    ``__init__.py``, nor the one helper of a hook (``<name>_*.py`` beside
+    ``<name>_hook.py``); and every hook with more than one helper."""
+    names = {p.name for p in paths}
+    hooks = {n[:-len('_hook.py')] for n in names if n.endswith('_hook.py')}
+    found, helpers = [], {}
+    for name in sorted(names - set(HOOK_PACKAGE_EXTRAS)):
+        if name.endswith('_hook.py'):
+            continue
+        owner = next((h for h in hooks if name.startswith(h + '_')), None)
+        if owner is None:
+            found.append(name)
+        else:
+            helpers.setdefault(owner, []).append(name)
+    return found + [
+        f'{owner}_hook.py: {", ".join(files)}'
+        for owner, files in sorted(helpers.items()) if len(files) > 1
+    ]
+
+
+def test_hooks_hold_hooks_and_their_helpers_only():
+    """Issue 47: at most two files per hook (the hook and its own helper),
+    plus ``interfaces.py``; what hooks share lives in ``mmstats/publish``."""
+    assert hook_files_beyond_two(HOOKS) == []
+
+
+def test_the_hook_file_check_sees_a_shared_module(tmp_path):
+    names = ('__init__.py', 'interfaces.py', 'a_hook.py', 'a_args.py',
+             'a_more.py', 'b_hook.py', 'schedule.py')
+    assert hook_files_beyond_two([tmp_path / n for n in names]) == [
+        'schedule.py', 'a_hook.py: a_args.py, a_more.py'
+    ]
+
+
+def hook_definitions(path: pathlib.Path) -> list:
+    """``'file:line name'`` of every class in ``path`` with a base spelt
+    ``...Hook`` and every ``HOOKS.register_module`` call."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and any(
+                ast.unparse(b).endswith('Hook') for b in node.bases):
+            found.append(f'{path.name}:{node.lineno} {node.name}')
+        elif isinstance(node, ast.Call) and ast.unparse(
+                node.func).endswith('HOOKS.register_module'):
+            found.append(f'{path.name}:{node.lineno} register_module')
+    return found
+
+
+def test_publish_defines_no_hook():
+    assert [d for path in PUBLISH for d in hook_definitions(path)] == []
+
+
+def test_the_hook_definition_check_sees_one(tmp_path):
+    fake = tmp_path / 'x.py'
+    fake.write_text('@HOOKS.register_module()\n'
+                    'class X(Hook):\n    pass\n\n\n'
+                    'class Y(object):\n    pass\n')
+    assert [d.split()[1]
+            for d in hook_definitions(fake)] == ['X', 'register_module']

@@ -47,7 +47,8 @@ BUGS = [
         'sampler.set_epoch(self._num_runs)', 'pass',
         ('tests/test_hooks/test_precise_bn_hook.py', )),
     Bug(
-        'B5', "the user's custom_cfg overridden", 'mmstats/hooks/text_line.py',
+        'B5', "the user's custom_cfg overridden",
+        'mmstats/publish/text_line.py',
         "if re.search(processor.mean_pattern, key) and not any(\n"
         "            cfg.get('data_src') == key for cfg in "
         "processor.custom_cfg):", 'if re.search(processor.mean_pattern, key):',
@@ -145,7 +146,7 @@ BUGS = [
         'self.recorder.counts[:] = [0] * len(self.recorder.counts)', 'pass',
         ('tests/test_precise_bn/test_recorder.py', )),
     Bug('B22', 'the slowest rank chosen by time instead of data_time',
-        'mmstats/hooks/text_line.py', "if key == 'data_time':",
+        'mmstats/publish/text_line.py', "if key == 'data_time':",
         "if key == 'time':",
         ('tests/test_hooks/test_stats_collector_hook.py', )),
     # sharded training (issue 25)
@@ -429,7 +430,7 @@ BUGS = [
     Bug(
         'IM1', 'mmengine.runner imported with the hooks (DeepSpeed, then '
         'torch._dynamo and its weights_only allowlist entry, when a hook '
-        'is built)', 'mmstats/hooks/strategies.py',
+        'is built)', 'mmstats/publish/strategies.py',
         'if TYPE_CHECKING:  # imported at run time only',
         'if True:  # imported at run time only',
         ('tests/test_import_effects.py', )),
@@ -526,7 +527,7 @@ BUGS = [
         '        index = None',
         ('tests/test_hooks/test_what_a_person_reads.py', )),
     Bug('WR3', 'a norm published with its spread over ranks (always 0)',
-        'mmstats/hooks/text_line.py',
+        'mmstats/publish/layout.py',
         "        if kind == 'replicated' or (kind == 'per_rank'",
         "        if kind == 'never' or (kind == 'per_rank'",
         ('tests/test_hooks/test_what_a_person_reads.py', )),

@@ -16,7 +16,7 @@ and a hook that needs it looks it up among the Runner's hooks by class.
 from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 
-from .schedule import find_hook
+from mmstats.publish.schedule import find_hook
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import Runner

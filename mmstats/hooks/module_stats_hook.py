@@ -26,6 +26,8 @@ from mmstats.health import NonfiniteWatch
 from mmstats.module_stats import (ActivationProbes, ModuleNorms, StepProbe,
                                   build_step_probes, in_backward, line_summary,
                                   single_value_kind)
+from mmstats.publish import (PublicationSchedule, last_step_before_publication,
+                             refuse_unchecked_strategy)
 from mmstats.registry import HOOKS
 from mmstats.run_description import log_run_description
 from mmstats.sharding import ParamLayout, unwrap_model
@@ -36,8 +38,6 @@ from mmstats.utils.args import (check_bool, check_keywords, check_names,
 from mmstats.utils.torch_compat import COMPILED_OPS, require_torch
 from .interfaces import (NonfiniteOriginSource, PublishedNames,
                          StatisticsPublisher, find_publisher)
-from .schedule import PublicationSchedule, last_step_before_publication
-from .strategies import refuse_unchecked_strategy
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import Runner

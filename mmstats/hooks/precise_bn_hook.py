@@ -22,14 +22,14 @@ from torch.utils.data import DataLoader
 from mmstats.precise_bn import (check_args, check_loader_cfg, layers_to_update,
                                 loader_from_cfg, loader_like, mirror_modes,
                                 swap_bn_statistics, update_bn_stats)
+from mmstats.publish import (PublicationSchedule, find_hook,
+                             refuse_unchecked_strategy)
 from mmstats.registry import HOOKS
 from mmstats.run_description import log_run_description
 from mmstats.sharding import is_sharded, unwrap_model
 from mmstats.utils.args import (check_bool, check_keywords, check_positive_int,
                                 refuse_second_instance)
 from mmstats.utils.step_records import join_step_records
-from .schedule import PublicationSchedule, find_hook
-from .strategies import refuse_unchecked_strategy
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import Runner

@@ -9,11 +9,11 @@ from mmengine.dist import get_rank, get_world_size
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
 
+from mmstats.publish import find_hook
 from mmstats.random_state import (capture_random_state, gather_states,
                                   restore_random_state)
 from mmstats.registry import HOOKS
 from mmstats.utils.args import check_keywords
-from .schedule import find_hook
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import Runner

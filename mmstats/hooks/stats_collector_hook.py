@@ -13,6 +13,9 @@ from mmengine.hooks.hook import DATA_BATCH
 from mmstats.dist import slowest_rank
 from mmstats.health import (HealthConfig, HealthPolicy, gather_origins,
                             histogram_writers, rank_origin, write_histograms)
+from mmstats.publish import (OUTPUTS_PREFIX, PublicationSchedule, StatsLayout,
+                             WorkerBatches, collector_patterns, log_own_line,
+                             refuse_unchecked_strategy, report_iteration_times)
 from mmstats.registry import HOOKS
 from mmstats.run_description import log_run_description
 from mmstats.stats import Collector, phase, report
@@ -21,13 +24,8 @@ from mmstats.utils.args import (check_keywords, compile_regex,
 from mmstats.utils.step_records import join_step_records
 from .interfaces import (StatisticsPublisher, nonfinite_origins,
                          published_names, single_value_kind)
-from .schedule import PublicationSchedule
 from .stats_collector_args import (accept_flat_health, check_collector_args,
                                    optional_regex, quantile_levels)
-from .strategies import refuse_unchecked_strategy
-from .text_line import (OUTPUTS_PREFIX, StatsLayout, collector_patterns,
-                        log_own_line, report_iteration_times)
-from .worker_loaders import WorkerBatches
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import Runner

@@ -13,6 +13,8 @@ from mmengine.hooks.hook import DATA_BATCH
 from mmengine.logging import print_log
 
 from mmstats.dist import host_group
+from mmstats.publish import (PublicationSchedule, refuse_unchecked_strategy,
+                             write_text_line)
 from mmstats.registry import HOOKS
 from mmstats.run_description import log_run_description
 from mmstats.sharding import unwrap_model
@@ -22,9 +24,6 @@ from mmstats.throughput import (IterationFlops, MemoryReader,
 from mmstats.utils.args import (check_bool, check_keywords, check_log_interval,
                                 check_real, refuse_second_instance)
 from mmstats.utils.step_records import join_step_records
-from .schedule import PublicationSchedule
-from .strategies import refuse_unchecked_strategy
-from .text_line import write_text_line
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import Runner
@@ -52,7 +51,7 @@ class ThroughputHook(Hook):
     """Peak memory, throughput, FLOP/s and MFU of training, over all ranks.
 
     Published by the rule StatsCollectorHook publishes by
-    (:class:`~mmstats.hooks.schedule.PublicationSchedule`: where LoggerHook
+    (:class:`~mmstats.publish.schedule.PublicationSchedule`: where LoggerHook
     writes a training line, every ``interval`` inner iterations, at every
     epoch end, after the last iteration of an iteration-based run) with an
     ``interval`` of its own, each publication covering exactly the

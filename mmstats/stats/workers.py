@@ -3,7 +3,7 @@
 
 A worker is a process: nothing flows back to the main process except the
 batches. :class:`WorkerReportingCollate` wraps a loader's ``collate_fn``
-(``mmstats.hooks.worker_loaders`` does it for a Runner's loaders); in a
+(``mmstats.publish.worker_loaders`` does it for a Runner's loaders); in a
 worker, the wrapper reduces the values reported
 while the batch was built (``Dataset.__getitem__``, transforms, collate) to
 one moments row per name (and, when a collector sketches, the names'

@@ -8,7 +8,7 @@ from mmengine.runner import LogProcessor
 
 from mmstats import report
 from mmstats.hooks import StatsCollectorHook
-from mmstats.hooks.text_line import log_current_value
+from mmstats.publish.text_line import log_current_value
 
 
 @pytest.mark.parametrize('keep_previous', [True, False])

@@ -441,7 +441,7 @@ def test_a_run_that_stops_between_publications_publishes_the_rest():
 
 
 def test_the_message_hub_stays_flat_over_many_publications():
-    from mmstats.hooks.text_line import HUB_HISTORY
+    from mmstats.publish.layout import HUB_HISTORY
     hook = StatsCollectorHook(interval=1, collect_timing=False, hub_regex='.*')
     runner, _ = mock_runner(10**6, IterBasedTrainLoop, 1)
     hook.before_run(runner)

@@ -9,7 +9,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import DATASETS, HOOKS
 from mmengine.runner import Runner
 
-from mmstats.hooks.worker_loaders import enable_worker_reporting
+from mmstats.publish.worker_loaders import enable_worker_reporting
 from mmstats.stats import Collector, phase, report
 from mmstats.stats.workers import deliver_worker_reports
 from tests.helpers.dist import run_distributed
