@@ -512,7 +512,7 @@ BUGS = [
         '    return torch._foreach_norm(list(tensors), ord)',
         ('tests/test_utils/test_torch_compat.py', )),
     Bug('LA1', "the launchers do not register the mmstats:: config scope",
-        'mmstats/utils/launcher.py',
+        'mmstats/tools/launcher.py',
         "    utils.MODULE2PACKAGE.setdefault('mmstats', 'mmstats')",
         '    pass', ('tests/test_integrations/test_launch_strategies.py::'
                      'test_the_launcher_resolves_mmstats_fragments', )),

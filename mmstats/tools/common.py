@@ -11,7 +11,7 @@ from typing import Any, Iterator, Optional, Set, Tuple
 
 from mmengine.config import Config, DictAction
 
-from mmstats.utils import enable_config_scope
+from mmstats.tools.launcher import enable_config_scope
 
 __all__ = [
     'add_launch_arguments', 'parse_launch_args', 'load_config',

@@ -9,9 +9,9 @@ N processes:   bash tools/dist_test.sh CONFIG CHECKPOINT N   (torchrun;
                CONFIG CHECKPOINT --launcher pytorch)
 Runs the runner's ``test()`` on the config's test_dataloader/test_evaluator
 and prints the metrics. The runner is built as ``tools/train.py`` builds it
-(``mmstats.utils.build_runner``: a FlexibleRunner with its ``strategy`` when
-the config sets ``runner_type``); works on CPU-only machines (gloo) and on
-GPUs (NCCL).
+(``mmstats.tools.launcher.build_runner``: a FlexibleRunner with its
+``strategy`` when the config sets ``runner_type``); works on CPU-only
+machines (gloo) and on GPUs (NCCL).
 """
 
 import argparse
@@ -26,8 +26,9 @@ from mmstats.strategies import (SCHEME, is_checkpoint_directory,
                                 register_consolidating_loader)
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, parse_launch_args)
-from mmstats.utils import (allow_mmengine_checkpoints, build_runner,
-                           finish_distributed, registered_name)
+from mmstats.tools.launcher import build_runner
+from mmstats.utils import (allow_mmengine_checkpoints, finish_distributed,
+                           registered_name)
 
 #: the strategies that load a sharded checkpoint directory themselves
 READS_DIRECTORIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')

@@ -10,7 +10,8 @@ From an installed package (``pip install mmengine-stats``):
     N processes:   torchrun --nproc_per_node N -m mmstats.tools.train \
                        CONFIG --launcher pytorch
 
-The runner is built the OpenMMLab way (``mmstats.utils.build_runner``): a
+The runner is built the OpenMMLab way
+(``mmstats.tools.launcher.build_runner``): a
 config that sets ``runner_type`` (a FlexibleRunner with a DDP, FSDP, FSDP2
 or DeepSpeed ``strategy``, e.g. one inheriting
 ``configs/_base_/strategies/fsdp.py``) gets ``RUNNERS.build(cfg)``, any
@@ -33,8 +34,9 @@ from mmengine.hooks import Hook
 from mmstats.hooks import RandomStateHook
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, parse_launch_args)
+from mmstats.tools.launcher import build_runner
 from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
-                           build_runner, finish_distributed, registered_name)
+                           finish_distributed, registered_name)
 
 __all__ = ['main']
 

@@ -7,8 +7,8 @@ mmengine maps a config scope to a distribution (``mmseg::`` to
 another one (``onedl-mmsegmentation``), so its engine refuses
 ``_base_ = ['mmseg::...']`` ("mmsegmentation is not installed") before any
 hook or ``custom_imports`` runs. This runs the given script unchanged, as
-``__main__``, after :func:`mmstats.utils.enable_config_scope` (which also
-adds ``mmstats::``). See ``docs/integrations.md``.
+``__main__``, after :func:`mmstats.tools.launcher.enable_config_scope`
+(which also adds ``mmstats::``). See ``docs/integrations.md``.
 
 Usage::
 
@@ -21,7 +21,7 @@ import runpy
 import sys
 from typing import List, Optional
 
-from mmstats.utils import enable_config_scope
+from mmstats.tools.launcher import enable_config_scope
 
 __all__ = ['main']
 

@@ -32,7 +32,7 @@ import os
 import torch
 from mmengine.runner import FlexibleRunner, Runner
 
-from .launcher import setup_launcher
+from .launch_setup import setup_launcher
 
 LAUNCHER_ENV = ('WORLD_SIZE', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK')
 RUNNER_CLASSES = (Runner, FlexibleRunner)

@@ -14,7 +14,7 @@ from mmengine.registry import MODEL_WRAPPERS
 from mmengine.runner import FlexibleRunner, Runner
 
 from mmstats.utils import cpu_dist, setup_launcher
-from mmstats.utils.launcher import no_buffer_sync_kwargs
+from mmstats.utils.launch_setup import no_buffer_sync_kwargs
 from tests.helpers.dist import free_port, run_distributed
 from tests.helpers.runner import toy_cfg
 from tests.helpers.without_deepspeed import env_without_deepspeed

@@ -7,7 +7,7 @@ import pytest
 from mmengine.config import Config
 from mmengine.config import utils as config_utils
 
-from mmstats.utils.launcher import enable_config_scope
+from mmstats.tools.launcher import enable_config_scope
 
 
 @pytest.fixture

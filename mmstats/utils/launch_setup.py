@@ -1,12 +1,8 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Build mmengine runners from a config, on GPUs and on CPU-only machines.
-
-:func:`build_runner` is what ``tools/train.py`` and ``tools/test.py`` do,
-the OpenMMLab way: ``RUNNERS.build(cfg)`` when the config sets
-``runner_type`` (``FlexibleRunner`` with a ``strategy``: DDP, FSDP1, FSDP2
-through :class:`mmstats.FullyShard`, DeepSpeed), ``Runner.from_cfg(cfg)``
-otherwise. A config that names a ``strategy`` without ``runner_type`` is
-refused: ``Runner`` ignores ``strategy`` and would train plain DDP.
+"""A config prepared for its launcher, on GPUs and on CPU-only machines:
+the process-group set-up that ``mmstats.tools`` (``build_runner``) and the
+opt-in :mod:`mmstats.utils.cpu_dist` (another package's ``tools/train.py``)
+both call, and the checks that refuse a config before any process trains.
 
 mmengine 0.10.7's ``init_dist`` calls ``torch.cuda.set_device`` and its
 default wrappers pass ``device_ids=[LOCAL_RANK]`` (DDP) or
@@ -15,11 +11,13 @@ leaves GPU machines to mmengine (NCCL) and, on CPU-only ones, initialises a
 gloo process group from the launcher's environment before the runner is
 built (the runner then skips its own ``init_dist``) and sets the CPU
 arguments of the strategy's wrapper. One process with a sharding strategy
-(FSDP, FSDP2, DeepSpeed) gets a process group of one.
+(FSDP, FSDP2, DeepSpeed) gets a process group of one. A config that names a
+``strategy`` without ``runner_type`` is refused (:func:`check_runner_type`):
+``Runner`` ignores ``strategy`` and would train plain DDP.
+:func:`finish_distributed` ends the groups at the end of a script.
+Building the runner is the launchers' (:mod:`mmstats.tools.launcher`).
 """
 import gc
-import importlib.metadata
-import importlib.util
 import inspect
 import os
 import subprocess
@@ -120,51 +118,6 @@ GROUP_STRATEGIES = ('DDPStrategy', 'FSDPStrategy', 'FSDP2Strategy',
                     'DeepSpeedStrategy')
 
 
-def enable_config_scope() -> None:
-    """Let configs inherit mmstats' fragments as ``mmstats::PATH``, e.g.
-    ``_base_ = ['mmstats::_base_/strategies/fsdp2.py']``, from a clone or
-    an installed wheel (``mmstats/.mim/configs``, OpenMMLab's layout).
-
-    mmengine resolves ``pkg::`` only for the packages of its
-    ``MODULE2PACKAGE`` table; mmstats' launchers (``tools/train.py``,
-    ``python -m mmstats.tools.train``) add ``mmstats`` to it before they
-    read the config. Importing mmstats never does (a launcher of another
-    package reads its config before anything imports mmstats: there,
-    inherit the fragment by its path, ``docs/launching.md``).
-
-    The table maps a scope to a distribution (``mmseg`` to
-    ``mmsegmentation``); the maintained fork installs the same module under
-    another one (``onedl-mmsegmentation``), and mmengine then refuses
-    ``mmseg::`` ("mmsegmentation is not installed"). A scope whose
-    distribution is missing but whose module is installed is mapped to the
-    module, which mmengine finds by its directory.
-
-    Example:
-        >>> from mmengine.config.utils import MODULE2PACKAGE
-        >>> enable_config_scope()
-        >>> MODULE2PACKAGE['mmstats']
-        'mmstats'
-    """
-    from mmengine.config import utils
-
-    # the import name: mmengine looks a name that is no distribution up
-    # with importlib (the package's directory, editable or installed)
-    utils.MODULE2PACKAGE.setdefault('mmstats', 'mmstats')
-    for scope, distribution in list(utils.MODULE2PACKAGE.items()):
-        if scope != distribution and not _distribution_installed(
-                distribution) and importlib.util.find_spec(scope) is not None:
-            utils.MODULE2PACKAGE[scope] = scope  # e.g. the fork's mmseg
-
-
-def _distribution_installed(name: str) -> bool:
-    """Whether distribution ``name`` is installed (its metadata)."""
-    try:
-        importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 class LaunchRefused(ValueError):
     """A config the launcher refuses before any process trains; the
     message names the way out. ``tools/train.py`` prints it once (rank 0).
@@ -239,7 +192,7 @@ def check_runner_type(cfg: 'Union[Config, dict]',
         >>> check_runner_type(dict(strategy=dict(type='FSDPStrategy')))
         Traceback (most recent call last):
         ...
-        mmstats.utils.launcher.LaunchRefused: the config sets ...
+        mmstats.utils.launch_setup.LaunchRefused: the config sets ...
     """
     strategy = cfg.get('strategy')
     if runner_type is None:
@@ -402,7 +355,7 @@ def check_checkpoints(cfg: 'Union[Config, dict]') -> None:
         ...     type='FSDPStrategy'), resume=True))
         Traceback (most recent call last):
         ...
-        mmstats.utils.launcher.LaunchRefused: resume=True (--resume) under ...
+        mmstats.utils.launch_setup.LaunchRefused: resume=True (--resume) ...
     """
     strategy = cfg.get('strategy')
     if not isinstance(strategy, dict):
@@ -498,42 +451,6 @@ def setup_launcher(cfg: 'Union[Config, dict]',
         _cpu_strategy(cfg)
     elif cfg.get('model_wrapper_cfg') is None:
         cfg['model_wrapper_cfg'] = _cpu_ddp_wrapper(cfg)
-
-
-def build_runner(cfg: 'Config') -> Any:
-    """Build the runner of a config the OpenMMLab way, after
-    :func:`setup_launcher`: ``RUNNERS.build(cfg)`` when the config sets
-    ``runner_type`` (e.g. ``'FlexibleRunner'`` with a ``strategy``),
-    ``Runner.from_cfg(cfg)`` otherwise. Without CUDA it sets
-    ``DS_ACCELERATOR=cpu`` (unless set) before mmengine's runner module
-    imports DeepSpeed, which would otherwise guess and warn.
-
-    Args:
-        cfg (Config): The config, with ``launcher`` set.
-
-    Returns:
-        Runner | FlexibleRunner: The runner.
-
-    Example:
-        .. code-block:: python
-
-            cfg = Config.fromfile(
-                'projects/digits_demo/configs/strategies/'
-                'resnet-mini_fsdp_digits.py')
-            cfg.launcher = 'pytorch'    # under torchrun
-            runner = build_runner(cfg)  # FlexibleRunner + FSDPStrategy
-            runner.train()
-    """
-    if not torch.cuda.is_available():
-        # mmengine imports DeepSpeed (when installed) with its runner: name
-        # its accelerator on a CPU machine rather than let it guess and warn
-        os.environ.setdefault('DS_ACCELERATOR', 'cpu')
-    from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner  # registers Runner, FlexibleRunner
-    setup_launcher(cfg)
-    if 'runner_type' in cfg:  # OpenMMLab's launchers test the key alone
-        return RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
 
 
 def finish_distributed() -> None:
