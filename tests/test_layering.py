@@ -484,7 +484,7 @@ def test_the_length_check_counts_code_not_docstrings(tmp_path):
     assert long_functions(fake, 3) == ['x.py:8 long (4 lines)']
 
 
-# -- hooks/ holds hooks; publish/ holds none -----------------------------------
+# -- hooks/ holds hooks; publish/ holds none ---------------------------------
 #: what ``mmstats/hooks`` holds beside the ``*_hook.py`` files
 HOOK_PACKAGE_EXTRAS = ('__init__.py', 'interfaces.py')
 

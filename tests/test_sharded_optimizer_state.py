@@ -118,7 +118,7 @@ def _train(rank, world, work_dir, strategy, optimizer):
             type='mmstats.StatsCollectorHook',
             stats=('num', 'mean', 'min', 'max'),
             collect_timing=False,
-            on_nonfinite='raise'),
+            health=dict(on_nonfinite='raise')),
         dict(
             type='mmstats.ModuleStatsHook',
             modules=MODULES,

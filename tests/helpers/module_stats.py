@@ -143,7 +143,7 @@ def train(work_dir,
             stats=STATS,
             collect_outputs=False,
             keep_previous=False,
-            on_nonfinite='raise'), {})
+            health=dict(on_nonfinite='raise')), {})
     cfg.optim_wrapper.accumulative_counts = accumulative_counts
     if amp:
         cfg.optim_wrapper.type = amp

@@ -97,7 +97,7 @@ def train(work_dir, optimizer, dist=False, freeze=None, accumulative_counts=1):
         dict(
             stats=('num', 'mean', 'min', 'max'),
             collect_outputs=False,
-            on_nonfinite='raise'),
+            health=dict(on_nonfinite='raise')),
         dict(stats=('grad_norm', ), optimizer_state=True))
     cfg.optim_wrapper.optimizer = OPTIMIZERS[optimizer]
     cfg.optim_wrapper.accumulative_counts = accumulative_counts

@@ -246,8 +246,9 @@ def layout_problems(fig, tolerance: float = 0.5) -> List[str]:
       label on its long axis).
 
     It lives here, beside the code that lays the figures out, so that each
-    tool's test checks its figures the same way (``tests/test_plot_*.py``
-    render them from a real run's output).
+    tool's test checks its figures the same way
+    (``tests/test_tools/test_plot_*.py`` render them from a real run's
+    output).
     """
     texts = [(f'{text!r} ({where})', extent)
              for text, where, extent in drawn_texts(fig)]

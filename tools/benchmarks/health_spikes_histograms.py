@@ -7,8 +7,8 @@ here, without validation and precise BN, so the denominator is training
 iterations only) in real mmengine Runners, LoggerHook interval 10, in four
 setups, interleaved in every repeat (medians over repeats):
 
-- ``spikes off``: ``StatsCollectorHook(spike_regex=None)`` (the hook as it
-  was before spikes existed);
+- ``spikes off``: ``StatsCollectorHook(health=dict(spike_regex=None))``
+  (the hook as it was before spikes existed);
 - ``spikes on``: the defaults (``spike_regex='loss'``, factor 4, window 20);
 - ``quantiles+tb``: ``stats=(..., 'p50')`` and a TensorboardVisBackend,
   ``histogram_regex=None``;
@@ -48,15 +48,19 @@ MAIN_CONFIG = ('projects/digits_demo/configs/demo/'
 STATS = ('mean', 'std', 'min', 'max')
 SETUPS = {
     'spikes off':
-    dict(spike_regex=None),
+    dict(health=dict(spike_regex=None)),
     'spikes on':
     dict(),
     'quantiles+tb':
-    dict(spike_regex=None, stats=STATS + ('p50', )),
+    dict(health=dict(spike_regex=None), stats=STATS + ('p50', )),
     'histograms':
-    dict(spike_regex=None, stats=STATS + ('p50', ), histogram_regex='.*'),
+    dict(
+        health=dict(spike_regex=None, histogram_regex='.*'),
+        stats=STATS + ('p50', )),
     'loss histogram':
-    dict(spike_regex=None, stats=STATS + ('p50', ), histogram_regex='loss'),
+    dict(
+        health=dict(spike_regex=None, histogram_regex='loss'),
+        stats=STATS + ('p50', )),
 }
 TENSORBOARD = ('quantiles+tb', 'histograms', 'loss histogram')
 

@@ -13,7 +13,9 @@ matplotlib = pytest.importorskip('matplotlib')
 matplotlib.use('Agg')
 
 sys.path.insert(
-    0, osp.join(osp.dirname(osp.dirname(__file__)), 'tools', 'analysis'))
+    0,
+    osp.join(
+        osp.dirname(osp.dirname(osp.dirname(__file__))), 'tools', 'analysis'))
 import plot_throughput  # noqa: E402
 from plot_curves import load_scalars  # noqa: E402
 

@@ -15,7 +15,9 @@ pytest.importorskip('tensorboard')
 matplotlib.use('Agg')
 
 sys.path.insert(
-    0, osp.join(osp.dirname(osp.dirname(__file__)), 'tools', 'analysis'))
+    0,
+    osp.join(
+        osp.dirname(osp.dirname(osp.dirname(__file__))), 'tools', 'analysis'))
 import plot_histograms  # noqa: E402
 
 import tests.helpers.figures as drawn  # noqa: E402
@@ -81,7 +83,7 @@ def test_draws_the_histograms_of_a_real_run(tmp_path, clean_mmengine, capsys):
             dict(
                 type='mmstats.StatsCollectorHook',
                 stats=('mean', 'p50'),
-                histogram_regex='model/feat_norm')
+                health=dict(histogram_regex='model/feat_norm'))
         ])
     runner = Runner.from_cfg(cfg)
     runner.train()
