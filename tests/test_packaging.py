@@ -57,9 +57,12 @@ def test_metadata_matches_what_is_tested():
     assert readme.count('\nSupported:') == 1, 'one "Supported:" paragraph'
     supported = ' '.join(
         readme.split('\nSupported:')[1].split('\n\n')[0].split())
+    pinned = _read('requirements/constraints.txt').split('\ntorch==')[1].split(
+        '\n')[0]
     for claim in ('Python 3.11', f'torch {MIN_TORCH}',
-                  f'mmengine {MIN_MMENGINE}', 'torch 2.13.0', 'Python >= 3.11',
-                  f'torch >= {MIN_TORCH}', f'mmengine >= {MIN_MMENGINE}'):
+                  f'mmengine {MIN_MMENGINE}', f'torch {pinned}',
+                  'Python >= 3.11', f'torch >= {MIN_TORCH}',
+                  f'mmengine >= {MIN_MMENGINE}'):
         assert claim in supported, claim
     assert f'pip install {DIST_NAME}' in readme
     # this environment is one of the tested ones
