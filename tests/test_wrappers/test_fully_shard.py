@@ -6,6 +6,11 @@ from torch import nn
 
 from mmstats.registry import MODEL_WRAPPERS
 from mmstats.wrappers import FullyShard
+from tests.helpers.torch_versions import needs_torch
+
+# before torch 2.4 FullyShard is refused first for the torch it needs
+# (tests/test_utils/test_torch_compat.py)
+pytestmark = needs_torch('2.4', "FSDP2's API (mmstats.FullyShard)")
 
 
 def test_outside_fsdp2_strategy_it_is_refused():
