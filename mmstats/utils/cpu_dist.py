@@ -23,20 +23,26 @@ environment) on a machine without CUDA, ``Runner.from_cfg`` and
 process group (the runner then skips its own ``init_dist``) and sets the
 CPU arguments of the model wrapper: ``model_wrapper_cfg`` for a Runner, the
 strategy's wrapper for a FlexibleRunner (DDP, FSDP1, FSDP2, DeepSpeed).
+The group it created ends when the script exits (``atexit``: a barrier,
+then ``destroy_process_group``), as mmstats' own ``tools/train.py`` ends
+it: the package's script returns without doing so.
 Anywhere else (with CUDA, or without a launcher's environment) importing
 changes nothing.
 """
+import atexit
 import functools
 import os
 
 import torch
+import torch.distributed as dist
 from mmengine.runner import FlexibleRunner, Runner
 
-from .launch_setup import setup_launcher
+from .launch_setup import finish_distributed, setup_launcher
 
 LAUNCHER_ENV = ('WORLD_SIZE', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK')
 RUNNER_CLASSES = (Runner, FlexibleRunner)
 _MARK = '_mmstats_setup_launcher'
+_EXIT_REGISTERED = False  # finish_distributed registered with atexit
 
 
 def is_installed() -> bool:
@@ -84,11 +90,27 @@ def _calling_setup_launcher(original):
 
     @functools.wraps(original)
     def from_cfg(cls, cfg):
+        created = not dist.is_initialized()
         setup_launcher(cfg, runner_type=cls)
+        if created and dist.is_initialized():
+            _finish_at_exit()
         return original(cls, cfg)
 
     setattr(from_cfg, _MARK, True)
     return from_cfg
+
+
+def _finish_at_exit() -> None:
+    """End the gloo group this module created when the script exits
+    (:func:`mmstats.utils.finish_distributed`, once): another package's
+    ``tools/train.py`` returns without destroying it, and a group torn
+    down by the exiting interpreter can abort a rank (``terminate called
+    without an active exception``, exit code -6: rank 1 of a 2-process
+    run of such a script, once in three CI runs on torch 2.14.1)."""
+    global _EXIT_REGISTERED
+    if not _EXIT_REGISTERED:
+        _EXIT_REGISTERED = True
+        atexit.register(finish_distributed)
 
 
 def uninstall() -> None:
