@@ -42,7 +42,6 @@ from .launch_setup import finish_distributed, setup_launcher
 LAUNCHER_ENV = ('WORLD_SIZE', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK')
 RUNNER_CLASSES = (Runner, FlexibleRunner)
 _MARK = '_mmstats_setup_launcher'
-_EXIT_REGISTERED = False  # finish_distributed registered with atexit
 
 
 def is_installed() -> bool:
@@ -107,10 +106,8 @@ def _finish_at_exit() -> None:
     down by the exiting interpreter can abort a rank (``terminate called
     without an active exception``, exit code -6: rank 1 of a 2-process
     run of such a script, once in three CI runs on torch 2.14.1)."""
-    global _EXIT_REGISTERED
-    if not _EXIT_REGISTERED:
-        _EXIT_REGISTERED = True
-        atexit.register(finish_distributed)
+    atexit.unregister(finish_distributed)  # once, however often called
+    atexit.register(finish_distributed)
 
 
 def uninstall() -> None:
