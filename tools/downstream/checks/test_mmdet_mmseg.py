@@ -276,18 +276,12 @@ def _train(cell: str, root: str) -> Run:
 
 
 def _scope_unresolvable(package: str) -> bool:
-    """Whether mmengine alone refuses ``package::`` bases: the
-    distribution it maps the scope to is not installed (the fork installs
-    ``mmseg`` as ``onedl-mmsegmentation``)."""
-    import importlib.metadata
-
+    """Whether mmengine alone refuses ``package::`` bases: its own check
+    (``is_installed`` of the distribution it maps the scope to) fails (the
+    fork installs ``mmseg`` as ``onedl-mmsegmentation``)."""
     from mmengine.config.utils import MODULE2PACKAGE
-    try:
-        importlib.metadata.version(MODULE2PACKAGE.get(package, package))
-    except importlib.metadata.PackageNotFoundError:
-        return importlib.util.find_spec(MODULE2PACKAGE.get(package,
-                                                           package)) is None
-    return False
+    from mmengine.utils import is_installed
+    return not is_installed(MODULE2PACKAGE.get(package, package))
 
 
 # ------------------------------------------------------------ helpers
