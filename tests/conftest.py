@@ -239,6 +239,10 @@ def _loader_workers_stopped():
 @pytest.fixture
 def clean_mmengine():
     """Drop mmengine's global singletons (MessageHub, Visualizer, scope,
-    loggers) after a test that built a Runner, like RunnerTestCase does."""
+    loggers) around a test that builds a Runner, like RunnerTestCase does:
+    also before it, so that its log goes to this test's streams (a logger
+    an earlier test left behind writes to that test's captured stdout, and
+    its duplicate-warning filter drops a message it has seen)."""
+    clear_mmengine_singletons()
     yield
     clear_mmengine_singletons()

@@ -24,7 +24,7 @@ for stack in $STACKS; do
         status=1
         continue
     fi
-    "$PY" -m pytest -q -p no:cacheprovider -rs -n "${TEST_WORKERS:-2}" \
+    "$PY" -m pytest -q -p no:cacheprovider -rfEs -n "${TEST_WORKERS:-2}" \
         --dist loadgroup "$@" tests projects/digits_demo/tests \
         >"$OUT/$stack.log" 2>&1
     code=$?
@@ -69,4 +69,15 @@ done
     done
 } >"$OUT/table.md"
 cat "$OUT/table.md"
+# What failed, where CI's output shows it (each stack's whole log stays
+# in $OUT): pytest's short summary lines and the tracebacks' last lines.
+for stack in $STACKS; do
+    [ -f "$OUT/$stack.log" ] || continue
+    if grep -qE '^(FAILED|ERROR) ' "$OUT/$stack.log"; then
+        printf '\n%s failures:\n' "$stack"
+        sed -n '/^=\+ FAILURES =\+$/,/^=\+ short test summary/p' \
+            "$OUT/$stack.log" | grep -E '^(E |_{3,} |[^ ].*:[0-9]+: )' | head -n 80
+        grep -E '^(FAILED|ERROR) ' "$OUT/$stack.log"
+    fi
+done
 exit $status
