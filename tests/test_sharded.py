@@ -388,24 +388,29 @@ def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
         dict(
             type='mmstats.StatsCollectorHook',
             stats=('num', 'mean', 'min', 'max'),
-            collect_timing=False),
+            collect=('outputs', )),
         dict(type='mmstats.ModuleStatsHook', modules=MODULES),
         dict(type='FullTensorRecorder'),
         dict(type='ShardStateRecorder'),
     ]
-    reductions = []
-    original = norms.all_reduce
+    reductions, collected = [], []
+    original, collect = norms.all_reduce, norms.ModuleNorms.collect
 
     def counted(*args, **kwargs):
         reductions.append(1)
         return original(*args, **kwargs)
 
-    norms.all_reduce = counted
+    def names_of(self, probes):  # the names this rank reports
+        found = collect(self, probes)
+        collected.append(sorted(name for name, _ in found))
+        return found
+
+    norms.all_reduce, norms.ModuleNorms.collect = counted, names_of
     try:
         runner = FlexibleRunner.from_cfg(cfg)
         runner.train()
     finally:
-        norms.all_reduce = original
+        norms.all_reduce, norms.ModuleNorms.collect = original, collect
     recorder = [h for h in runner.hooks
                 if isinstance(h, FullTensorRecorder)][0]
     bn = recorder.targets['backbone.stem'].bn
@@ -425,7 +430,8 @@ def _train(rank, world, work_dir, strategy, compiled=False, with_cp=False):
         bn=(bn.running_mean.double().numpy(), bn.running_var.double().numpy()),
         sharded=[h for h in runner.hooks
                  if isinstance(h, ShardStateRecorder)][0].states,
-        reductions=len(reductions))
+        reductions=len(reductions),
+        collected=collected)
 
 
 def _check(ranks, strategy):
@@ -474,6 +480,16 @@ def _check(ranks, strategy):
         np.testing.assert_array_equal(r['bn'][1], ranks[0]['bn'][1])
         np.testing.assert_allclose(r['bn'][0], mean, rtol=rtol, atol=1e-6)
         np.testing.assert_allclose(r['bn'][1], var, rtol=rtol, atol=1e-6)
+    # every rank reports every statistic, also of a module none of whose
+    # elements it holds (an empty part is a gradient of zero elements, not
+    # "no gradient"): the ranks agree on the names without a gather
+    assert len(first_names := ranks[0]['collected']) == len(PUBLISHED)
+    for names in first_names:
+        for name in TARGETS:
+            for stat in ('grad_norm', 'weight_norm', 'update_ratio'):
+                assert f'modules/{name}/{stat}' in names, (name, stat)
+    for r in ranks[1:]:
+        assert r['collected'] == first_names
     for r in ranks:
         # as sharded as training left it; one all_reduce per publication
         # (none without sharding)
