@@ -549,3 +549,26 @@ def test_the_hook_definition_check_sees_one(tmp_path):
                     'class Y(object):\n    pass\n')
     assert [d.split()[1]
             for d in hook_definitions(fake)] == ['X', 'register_module']
+
+
+#: issue 47: a constructor a user can read (related options grouped)
+MAX_HOOK_ARGUMENTS = 12
+
+
+def hook_arguments() -> dict:
+    """The number of constructor arguments of every hook mmstats
+    registers, by name."""
+    import inspect
+
+    import mmstats.hooks  # noqa: F401 (registers them)
+    from mmstats.registry import HOOKS
+    counts = {}
+    for name, cls in HOOKS.module_dict.items():
+        counts[name] = len(inspect.signature(cls.__init__).parameters) - 1
+    return counts
+
+
+def test_no_hook_takes_more_than_twelve_arguments():
+    counts = hook_arguments()
+    assert {'StatsCollectorHook', 'PreciseBNHook'} <= set(counts)
+    assert {n: c for n, c in counts.items() if c > MAX_HOOK_ARGUMENTS} == {}

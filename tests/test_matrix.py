@@ -179,7 +179,7 @@ def _train(work_dir,
         dict(
             type='mmstats.StatsCollectorHook',
             stats=('num', 'mean', 'min', 'max'),
-            collect_timing=False),
+            collect=('outputs', )),
         dict(type='mmstats.ModuleStatsHook', modules=r'head|backbone\.layer1'),
         dict(type='MatrixRecorderHook'),
     ]

@@ -117,7 +117,7 @@ def _train(rank, world, work_dir, strategy, optimizer):
         dict(
             type='mmstats.StatsCollectorHook',
             stats=('num', 'mean', 'min', 'max'),
-            collect_timing=False,
+            collect=('outputs', ),
             health=dict(on_nonfinite='raise')),
         dict(
             type='mmstats.ModuleStatsHook',

@@ -3,15 +3,19 @@
 hook is built, a wrong type with a TypeError, a wrong value with a
 ValueError, the message naming the argument and the fix
 (:mod:`mmstats.utils.args`). The health options are
-:class:`mmstats.health.HealthConfig`'s; the flat health keywords of
-earlier releases are folded into ``health=dict(...)`` here
-(:func:`accept_flat_health`).
+:class:`mmstats.health.HealthConfig`'s; the keywords of earlier releases
+(the flat health options, ``collect_outputs``/``collect_timing``) are
+folded into ``health=dict(...)`` and ``collect=(...)`` here
+(:func:`accept_deprecated_keywords`).
 """
 import difflib
 import functools
 import inspect
+import logging
 import re
-from typing import Any, Dict, Optional, Pattern, Sequence
+from typing import Any, Dict, Optional, Pattern, Sequence, Tuple
+
+from mmengine.logging import print_log
 
 from mmstats.health import HealthConfig, fold_flat_health
 from mmstats.stats import STAT_NAMES
@@ -20,12 +24,18 @@ from mmstats.utils.args import (check_bool, check_log_interval, check_names,
                                 scope_inline_flags)
 
 __all__ = [
-    'is_stat', 'check_collector_args', 'accept_flat_health', 'optional_regex',
-    'quantile_levels'
+    'is_stat', 'check_collector_args', 'check_collect',
+    'accept_deprecated_keywords', 'optional_regex', 'quantile_levels',
+    'COLLECTABLE'
 ]
 
 OWNER = 'StatsCollectorHook'
 QUANTILE = re.compile(r'p(100|\d\d?(\.\d+)?)')  # 'p50', 'p99.9'
+#: what the hook reports itself (``collect``): what ``train_step`` returns,
+#: every rank's iteration times
+COLLECTABLE = ('outputs', 'timing')
+#: the deprecated keywords of ``collect`` (before 0.3): one flag per source
+FLAT_COLLECT = tuple(f'collect_{source}' for source in COLLECTABLE)
 
 
 def is_stat(stat: Any) -> bool:
@@ -74,20 +84,73 @@ def check_collector_args(interval: Optional[int], stats: Sequence[str],
         hint='; inline flags such as (?i) are allowed at its start').pattern
 
 
-def accept_flat_health(cls: type) -> type:
-    """Class decorator of StatsCollectorHook: its flat health keywords of
-    earlier releases (``spike_factor=8``, deprecated) are folded into
-    ``health=dict(spike_factor=8)`` with one mmengine WARNING naming the
-    new form, before the keywords are checked (``check_keywords``: any
-    other unknown keyword is refused naming the closest argument, a
-    misspelt health option here, in the new form); both forms at once are
-    a ValueError (:func:`mmstats.health.fold_flat_health`).
+def check_collect(collect: Any) -> Tuple[str, ...]:
+    """``collect`` as a tuple if it is a list of :data:`COLLECTABLE` (an
+    empty one collects only what ``report()`` gets); else a TypeError or
+    ValueError naming the argument and the fix.
 
     Example:
-        >>> @accept_flat_health
+        >>> check_collect(['timing'])
+        ('timing',)
+        >>> check_collect('timing')
+        Traceback (most recent call last):
+        TypeError: StatsCollectorHook: collect must be a list of \
+('outputs', 'timing'), e.g. collect=('timing', ), got 'timing' of type str
+    """
+    what = f"a list of {COLLECTABLE}, e.g. collect=('timing', )"
+    if isinstance(collect, str) or not isinstance(collect, Sequence):
+        raise TypeError(f'{OWNER}: collect must be {what}, got {collect!r} '
+                        f'of type {type(collect).__name__}')
+    unknown = [source for source in collect if source not in COLLECTABLE]
+    if unknown:
+        raise ValueError(
+            f'{OWNER}: collect must be {what}, got {tuple(collect)!r} '
+            f'({unknown[0]!r} is none of them)')
+    return tuple(collect)
+
+
+def _fold_flat_collect(kwargs: Dict[str, Any]) -> None:
+    """Replace the deprecated ``collect_outputs``/``collect_timing`` flags
+    in ``kwargs`` by ``collect=(...)``, with one mmengine WARNING naming
+    the new form; both forms at once are a ValueError."""
+    flat = {name: kwargs.pop(name) for name in FLAT_COLLECT if name in kwargs}
+    if not flat:
+        return
+    for name, flag in flat.items():
+        check_bool(OWNER, name, flag)
+    written = ', '.join(f'{k}={v!r}' for k, v in flat.items())
+    collect = tuple(source for source, name in zip(COLLECTABLE, FLAT_COLLECT)
+                    if flat.get(name, True))
+    if 'collect' in kwargs:
+        raise ValueError(f'{OWNER}: {written} (deprecated) and collect='
+                         f'{kwargs["collect"]!r} are both given; write '
+                         f'collect=... alone')
+    verb = 'is' if len(flat) == 1 else 'are'
+    print_log(
+        f'{OWNER}: {written} {verb} deprecated (accepted until the next '
+        f'release); write collect={collect!r}',
+        'current',
+        level=logging.WARNING)
+    kwargs['collect'] = collect
+
+
+def accept_deprecated_keywords(cls: type) -> type:
+    """Class decorator of StatsCollectorHook: its keywords of earlier
+    releases are folded into the new arguments with one mmengine WARNING
+    naming the new form, before the keywords are checked
+    (``check_keywords``: any other unknown keyword is refused naming the
+    closest argument, a misspelt health option here, in the new form):
+    the flat health options (``spike_factor=8``) into
+    ``health=dict(spike_factor=8)``
+    (:func:`mmstats.health.fold_flat_health`), ``collect_outputs`` and
+    ``collect_timing`` into ``collect=(...)``. Both forms at once are a
+    ValueError.
+
+    Example:
+        >>> @accept_deprecated_keywords
         ... class MyHook:
-        ...     def __init__(self, health=None):
-        ...         self.health = health
+        ...     def __init__(self, collect=COLLECTABLE, health=None):
+        ...         self.collect, self.health = collect, health
         >>> MyHook(health=dict(spike_factor=8)).health
         {'spike_factor': 8}
     """
@@ -97,6 +160,7 @@ def accept_flat_health(cls: type) -> type:
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         options = HealthConfig.names()
+        _fold_flat_collect(kwargs)
         for name in kwargs:  # a misspelt health option: in the new form
             if name in params or name in options:
                 continue

@@ -24,7 +24,8 @@ from mmstats.utils.args import (check_keywords, compile_regex,
 from mmstats.utils.step_records import join_step_records
 from .interfaces import (StatisticsPublisher, nonfinite_origins,
                          published_names, single_value_kind)
-from .stats_collector_args import (accept_flat_health, check_collector_args,
+from .stats_collector_args import (COLLECTABLE, accept_deprecated_keywords,
+                                   check_collect, check_collector_args,
                                    optional_regex, quantile_levels)
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
@@ -38,7 +39,7 @@ SPIKES_KEY = 'mmstats_spike_history'
 
 
 @HOOKS.register_module()
-@accept_flat_health  # the flat health keywords of 0.x, deprecated
+@accept_deprecated_keywords  # the keywords of 0.2 and before
 @check_keywords
 class StatsCollectorHook(Hook, StatisticsPublisher):
     """Reduce what :func:`mmstats.report` recorded over all ranks and log it.
@@ -83,15 +84,19 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
             log line (keeps lines short). Defaults to ``('mean', )``.
         prefix (str): Prefix of the visualizer and message hub keys (the
             text line's short keys have none). Defaults to 'stats'.
-        collect_outputs (bool): Also report the losses that ``train_step``
-            returns (all-rank statistics instead of rank 0's), published
-            under their own names (``loss``). If the model also reports a
-            name that ``train_step`` returns, the two stay apart: the
-            model's under the name, ``train_step``'s as
-            ``train_step/<name>``, with a warning. Defaults to True.
-        collect_timing (bool): Report every rank's iteration ``time`` and
-            ``data_time`` (the log shows their max over ranks; the visualizers
-            get ``<prefix>/data_time/slowest_rank``). Defaults to True.
+        collect (Sequence[str]): What the hook reports itself, besides the
+            names ``report()`` gets: ``'outputs'``, the losses that
+            ``train_step`` returns (all-rank statistics instead of rank
+            0's), published under their own names (``loss``; if the model
+            also reports a name that ``train_step`` returns, the two stay
+            apart: the model's under the name, ``train_step``'s as
+            ``train_step/<name>``, with a warning); ``'timing'``, every
+            rank's iteration ``time`` and ``data_time`` (the log shows their
+            max over ranks; the visualizers get
+            ``<prefix>/data_time/slowest_rank``). The flags
+            ``collect_outputs=False``/``collect_timing=False`` of earlier
+            releases are still accepted with one WARNING naming this form.
+            Defaults to ``('outputs', 'timing')``.
         keep_previous (bool): Re-publish a name's previous statistics when
             it got no new values (stale numbers on the line and in the
             visualizers); False publishes nothing for it then. Defaults to
@@ -140,10 +145,9 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
                  stats: Sequence[str] = ('mean', 'std', 'min', 'max'),
                  log_stats: Sequence[str] = ('mean', ),
                  prefix: str = 'stats',
-                 collect_outputs: bool = True,
-                 collect_timing: bool = True,
-                 keep_previous: bool = False,
                  *,
+                 collect: Sequence[str] = COLLECTABLE,
+                 keep_previous: bool = False,
                  max_names: int = 1000,
                  log_regex: str = r'(?!modules/).*',
                  hub_regex: Optional[str] = None,
@@ -156,8 +160,6 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
             regex,
             max_names,
             by_epoch=by_epoch,
-            collect_outputs=collect_outputs,
-            collect_timing=collect_timing,
             keep_previous=keep_previous)
         self.schedule: Optional[PublicationSchedule] = None
         self.interval = interval
@@ -167,8 +169,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         self.log_regex = compile_regex(OWNER, 'log_regex', log_regex)
         self.hub_regex = optional_regex('hub_regex', hub_regex)
         self.prefix = prefix
-        self.collect_outputs = collect_outputs
-        self.collect_timing = collect_timing
+        self.sources = check_collect(collect)  # collect(mode) is a method
         self._patterns = collector_patterns(scoped)
         self.keep_previous = keep_previous
         self.max_names = max_names
@@ -290,7 +291,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         self._check_nonfinite(runner, results, mode)
         spiked = self._check_spikes(mode, results)
         every = self._layout.scalars(results)
-        if mode == 'train' and self.collect_timing:
+        if mode == 'train' and 'timing' in self.sources:
             total, self._time_sum = self._time_sum, 0.0
             slowest = slowest_rank(total)
             if slowest is not None:
@@ -367,10 +368,10 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         where the schedule says (a line of its own after the last
         iteration of an iteration-based run where LoggerHook writes
         none)."""
-        if self.collect_outputs and outputs:
+        if 'outputs' in self.sources and outputs:
             for name, value in outputs.items():
                 report(OUTPUTS_PREFIX + name, value)
-        if self.collect_timing:
+        if 'timing' in self.sources:
             self._time_sum += report_iteration_times(runner.message_hub)
         self._unpublished += 1
         if self.by_epoch or not self.publishes_after(runner, batch_idx):

@@ -152,7 +152,7 @@ class StatsLayout:
                         f'{self.owner}: the model reports {short!r}, '
                         f'which train_step also returns: published apart, '
                         f'the model\'s as {short!r} and train_step\'s as '
-                        f'{name!r} (rename one, or collect_outputs=False)',
+                        f"{name!r} (rename one, or collect=('timing', ))",
                         'current',
                         level=logging.WARNING)
             else:

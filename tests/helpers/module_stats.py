@@ -141,7 +141,7 @@ def train(work_dir,
         work_dir,
         dict(
             stats=STATS,
-            collect_outputs=False,
+            collect=('timing', ),
             keep_previous=False,
             health=dict(on_nonfinite='raise')), {})
     cfg.optim_wrapper.accumulative_counts = accumulative_counts

@@ -14,7 +14,7 @@ from mmstats.publish.text_line import log_current_value
 @pytest.mark.parametrize('keep_previous', [True, False])
 def test_keep_previous_reaches_the_collectors(keep_previous):
     hook = StatsCollectorHook(
-        collect_timing=False, keep_previous=keep_previous)
+        collect=('outputs', ), keep_previous=keep_previous)
     hook.before_run(MagicMock(hooks=[]))  # the collectors live from here
     report('a', 1.0)
     assert hook.collect('train')['a']['num'] == 1

@@ -26,7 +26,7 @@ def test_gradient_statistics_are_taken_before_clipping(tmp_path,
         dict(
             type='mmstats.StatsCollectorHook',
             stats=('mean', ),
-            collect_timing=False),
+            collect=('outputs', )),
         dict(
             type='mmstats.ModuleStatsHook',
             modules='head',

@@ -63,7 +63,7 @@ def test_no_grad_norm_from_scaled_gradients(tmp_path, clean_mmengine,
         init_scale=SCALE,
         optimizer=dict(type=optimizer, lr=0.01, fused=fused))
     cfg.custom_hooks = [
-        dict(type='mmstats.StatsCollectorHook', collect_timing=False),
+        dict(type='mmstats.StatsCollectorHook', collect=('outputs', )),
         dict(type='mmstats.ModuleStatsHook', modules='head'),
         dict(type='UnscaledGradNormHook'),
     ]

@@ -96,7 +96,7 @@ def train(work_dir, optimizer, dist=False, freeze=None, accumulative_counts=1):
         work_dir,
         dict(
             stats=('num', 'mean', 'min', 'max'),
-            collect_outputs=False,
+            collect=('timing', ),
             health=dict(on_nonfinite='raise')),
         dict(stats=('grad_norm', ), optimizer_state=True))
     cfg.optim_wrapper.optimizer = OPTIMIZERS[optimizer]

@@ -36,7 +36,7 @@ def test_bfloat16_cosines_equal_a_float64_recomputation(
         tmp_path,
         dict(
             stats=('mean', ),
-            collect_outputs=False,
+            collect=('timing', ),
             health=dict(on_nonfinite='raise')),
         dict(stats=('grad_norm', ), optimizer_state=True))
     cfg.model = dict(type='Bf16Toy')

@@ -22,7 +22,7 @@ def _train(tmp_path, by_epoch, collector):
     cfg.custom_hooks = [
         dict(
             type='mmstats.StatsCollectorHook',
-            collect_timing=False,
+            collect=('outputs', ),
             stats=('num', 'mean'),
             **collector),
         dict(type='mmstats.ModuleStatsHook', modules='head', stats=('act', ))

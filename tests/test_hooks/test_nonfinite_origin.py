@@ -63,10 +63,8 @@ def train(work_dir, watch, iteration, rank=0, dist=False, compile=False):
     """Train 6 iterations (publications after 3 and 6) with the NaN planted
     at ``iteration`` on ``rank``; return what was raised and the raw
     values."""
-    cfg = module_stats_cfg(
-        work_dir,
-        dict(collect_outputs=True, health=dict(on_nonfinite='raise')),
-        dict(watch_nonfinite=watch))
+    cfg = module_stats_cfg(work_dir, dict(health=dict(on_nonfinite='raise')),
+                           dict(watch_nonfinite=watch))
     if compile:  # True: dynamo alone (the hooks traced); or a backend
         cfg.compile = dict(
             backend=compile if isinstance(compile, str) else 'eager')
@@ -220,10 +218,9 @@ def test_the_report_leads_with_the_origin(tmp_path, clean_mmengine, caplog,
     else went non-finite follows, bounded."""
     from mmstats.health.nonfinite import MAX_NAMES
     from tests.helpers.logs import mmengine_logs, warnings_logged
-    cfg = module_stats_cfg(
-        tmp_path,
-        dict(collect_outputs=True, health=dict(on_nonfinite=on_nonfinite)),
-        dict(watch_nonfinite=True))
+    cfg = module_stats_cfg(tmp_path,
+                           dict(health=dict(on_nonfinite=on_nonfinite)),
+                           dict(watch_nonfinite=True))
     runner = Runner.from_cfg(cfg)
     runner.register_hook(UserPlant(PLANTED, 5, 0))
     raised = None

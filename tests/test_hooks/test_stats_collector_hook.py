@@ -51,6 +51,10 @@ from tests.helpers.logs import mmengine_logs, warnings_logged
     (dict(stats=('mean', 'p')), ValueError, 'or quantiles "pNN"'),
     (dict(max_names=2.0), TypeError, 'max_names must be a positive int'),
     (dict(max_names=True), TypeError, 'max_names must be a positive int'),
+    (dict(collect='timing'), TypeError, r"collect must be a list of \("),
+    (dict(collect=('timing', 'loss')), ValueError,
+     r"\('timing', 'loss'\) \('loss' is none of them\)"),
+    (dict(collect_timings=False), TypeError, r'did you mean collect\?'),
 ])
 def test_invalid_arguments_fail_when_the_hook_is_built(kwargs, error, match):
     with pytest.raises(error, match=match) as info:
@@ -88,9 +92,39 @@ def test_the_flat_health_keywords_still_work_and_warn(caplog):
         StatsCollectorHook(spike_factor=8, health=dict(spike_window=3))
     with pytest.raises(ValueError, match='spike_window must be a positive'):
         StatsCollectorHook(spike_window=0)  # checked as the new form
-    with pytest.raises(TypeError, match='takes from 1 to 10 positional'):
-        StatsCollectorHook(None, False, '.*', STATS, ('mean', ), 'stats', True,
-                           True, False, 'warn')  # on_nonfinite
+    with pytest.raises(TypeError, match='takes from 1 to 7 positional'):
+        StatsCollectorHook(None, False, '.*', STATS, ('mean', ), 'stats',
+                           True)  # collect_outputs, positional before 0.3
+
+
+def test_the_collect_flags_still_work_and_warn(caplog):
+    """``collect_outputs``/``collect_timing`` of earlier releases
+    (deprecated): folded into ``collect=(...)`` with one warning naming
+    the new form, from a config too; both forms at once are refused, and
+    a flag is checked as before."""
+    with mmengine_logs(caplog):
+        hook = HOOKS.build(
+            dict(type='StatsCollectorHook', collect_timing=False))
+        quiet = HOOKS.build(
+            dict(
+                type='StatsCollectorHook',
+                collect_outputs=False,
+                collect_timing=False))
+    assert warnings_logged(caplog) == [
+        'StatsCollectorHook: collect_timing=False is deprecated (accepted '
+        "until the next release); write collect=('outputs',)",
+        'StatsCollectorHook: collect_outputs=False, collect_timing=False are '
+        'deprecated (accepted until the next release); write collect=()'
+    ]
+    assert (hook.sources, quiet.sources) == (('outputs', ), ())
+    assert StatsCollectorHook().sources == ('outputs', 'timing')
+    with pytest.raises(
+            ValueError,
+            match=r"collect_timing=False \(deprecated\) and "
+            r"collect=\('outputs',\) are both given"):
+        StatsCollectorHook(collect_timing=False, collect=('outputs', ))
+    with pytest.raises(TypeError, match='collect_outputs must be True or'):
+        StatsCollectorHook(collect_outputs='no')
 
 
 def test_registered_and_runs_before_the_logger_hook():
@@ -101,7 +135,7 @@ def test_registered_and_runs_before_the_logger_hook():
 
 
 def test_inline_flags_in_regex():
-    hook = StatsCollectorHook(regex='(?i)loss', collect_timing=False)
+    hook = StatsCollectorHook(regex='(?i)loss', collect=('outputs', ))
     hook.before_run(mock_runner(10)[0])
     report('LOSS', 1.0)
     report('acc', 1.0)
@@ -192,10 +226,7 @@ def drive(hook, runner, iters, epoch_len):
 def test_publications_follow_logger_hook_and_epoch_ends(
         loop, interval, ignore_last, expected):
     hook = StatsCollectorHook(
-        interval=interval,
-        collect_outputs=False,
-        collect_timing=False,
-        stats=('mean', 'num'))
+        interval=interval, collect=(), stats=('mean', 'num'))
     epoch_len = 23 if loop is EpochBasedTrainLoop else 1000
     runner, published = mock_runner(epoch_len, loop, 10, ignore_last)
     hook.before_run(runner)
@@ -212,7 +243,7 @@ def test_publications_follow_logger_hook_and_epoch_ends(
 
 
 def test_no_logger_hook_publishes_every_10_iterations():
-    hook = StatsCollectorHook(collect_outputs=False, collect_timing=False)
+    hook = StatsCollectorHook(collect=())
     runner, published = mock_runner(1000, IterBasedTrainLoop)
     hook.before_run(runner)
     drive(hook, runner, 25, 1000)
@@ -221,7 +252,7 @@ def test_no_logger_hook_publishes_every_10_iterations():
 
 def test_collect_outputs_reports_train_step_losses():
     hook = StatsCollectorHook(
-        interval=2, stats=('mean', 'num'), collect_timing=False)
+        interval=2, stats=('mean', 'num'), collect=('outputs', ))
     runner, published = mock_runner(100, IterBasedTrainLoop)
     hook.before_run(runner)
     for it, loss in enumerate([0.5, 1.5]):
@@ -234,11 +265,7 @@ def test_collect_outputs_reports_train_step_losses():
 
 def test_values_reported_during_validation_are_kept_apart():
     hook = StatsCollectorHook(
-        interval=1,
-        collect_outputs=False,
-        collect_timing=False,
-        stats=('mean', ),
-        hub_regex='.*')
+        interval=1, collect=(), stats=('mean', ), hub_regex='.*')
     runner, published = mock_runner(100, IterBasedTrainLoop, 1)
     hook.before_run(runner)
     runner.iter, runner.epoch = 0, 0
@@ -256,8 +283,7 @@ def test_values_reported_during_validation_are_kept_apart():
 def test_nonfinite_actions(action, caplog):
     hook = StatsCollectorHook(
         interval=2,
-        collect_outputs=False,
-        collect_timing=False,
+        collect=(),
         health=dict(on_nonfinite=action),
         hub_regex='.*')
     runner, published = mock_runner(100, IterBasedTrainLoop, 2)
@@ -290,7 +316,7 @@ def test_nonfinite_actions(action, caplog):
 
 
 def test_max_names_reaches_the_collectors():
-    hook = StatsCollectorHook(max_names=2, collect_timing=False)
+    hook = StatsCollectorHook(max_names=2, collect=('outputs', ))
     hook.before_run(mock_runner(10)[0])
     for name in ('a', 'b', 'c'):
         report(name, 1.0)
@@ -301,7 +327,7 @@ def test_max_names_reaches_the_collectors():
 
 def test_quantiles_are_published():
     hook = StatsCollectorHook(
-        stats=('mean', 'p50', 'p99.9'), collect_timing=False)
+        stats=('mean', 'p50', 'p99.9'), collect=('outputs', ))
     hook.before_run(mock_runner(10)[0])
     plain = StatsCollectorHook()
     plain.before_run(mock_runner(10)[0])
@@ -316,11 +342,7 @@ def test_quantiles_are_published():
 
 
 def test_log_regex_keeps_names_out_of_the_text_line_only():
-    hook = StatsCollectorHook(
-        interval=1,
-        collect_outputs=False,
-        collect_timing=False,
-        hub_regex='.*')
+    hook = StatsCollectorHook(interval=1, collect=(), hub_regex='.*')
     runner, published = mock_runner(100, IterBasedTrainLoop, 1)
     hook.before_run(runner)
     runner.iter = 0
@@ -360,8 +382,7 @@ def test_building_the_hook_makes_nothing_live():
 
 
 def test_a_nonfinite_count_belongs_to_its_interval_and_warns_once(mm_records):
-    hook = StatsCollectorHook(
-        interval=1, collect_outputs=False, collect_timing=False)
+    hook = StatsCollectorHook(interval=1, collect=())
     runner, published = mock_runner(100, IterBasedTrainLoop, 1)
     hook.before_run(runner)
     for it in range(5):
@@ -377,11 +398,7 @@ def test_a_nonfinite_count_belongs_to_its_interval_and_warns_once(mm_records):
 
 
 def test_the_line_shows_no_stale_value_of_a_name_without_new_values():
-    hook = StatsCollectorHook(
-        interval=1,
-        collect_outputs=False,
-        collect_timing=False,
-        keep_previous=False)
+    hook = StatsCollectorHook(interval=1, collect=(), keep_previous=False)
     runner, _ = mock_runner(100, IterBasedTrainLoop, 1)
     hook.before_run(runner)
     runner.iter = 0
@@ -395,7 +412,7 @@ def test_the_line_shows_no_stale_value_of_a_name_without_new_values():
 
 def test_outputs_and_a_model_report_of_the_same_name_stay_apart(mm_records):
     hook = StatsCollectorHook(
-        interval=2, stats=('mean', 'num'), collect_timing=False)
+        interval=2, stats=('mean', 'num'), collect=('outputs', ))
     runner, published = mock_runner(100, IterBasedTrainLoop)
     hook.before_run(runner)
     per_sample = [[1.0, 2.0, 3.0], [5.0, 6.0, 7.0]]
@@ -413,8 +430,7 @@ def test_outputs_and_a_model_report_of_the_same_name_stay_apart(mm_records):
 
 
 def test_the_last_iterations_of_an_iteration_based_run_are_published():
-    hook = StatsCollectorHook(
-        collect_outputs=False, collect_timing=False, stats=('num', 'mean'))
+    hook = StatsCollectorHook(collect=(), stats=('num', 'mean'))
     runner, published = mock_runner(
         1000, IterBasedTrainLoop, logger_interval=10, max_iters=25)
     hook.before_run(runner)
@@ -427,11 +443,7 @@ def test_the_last_iterations_of_an_iteration_based_run_are_published():
 
 
 def test_a_run_that_stops_between_publications_publishes_the_rest():
-    hook = StatsCollectorHook(
-        interval=5,
-        collect_outputs=False,
-        collect_timing=False,
-        stats=('num', 'mean'))
+    hook = StatsCollectorHook(interval=5, collect=(), stats=('num', 'mean'))
     runner, published = mock_runner(1000, IterBasedTrainLoop)
     hook.before_run(runner)
     values = drive(hook, runner, 7, 1000)
@@ -442,7 +454,8 @@ def test_a_run_that_stops_between_publications_publishes_the_rest():
 
 def test_the_message_hub_stays_flat_over_many_publications():
     from mmstats.publish.layout import HUB_HISTORY
-    hook = StatsCollectorHook(interval=1, collect_timing=False, hub_regex='.*')
+    hook = StatsCollectorHook(
+        interval=1, collect=('outputs', ), hub_regex='.*')
     runner, _ = mock_runner(10**6, IterBasedTrainLoop, 1)
     hook.before_run(runner)
     for it in range(3 * HUB_HISTORY):
@@ -475,11 +488,7 @@ def test_the_message_hub_gets_what_something_reads(monkeypatch):
 
     monkeypatch.setattr(HistoryBuffer, 'update', counting_update)
     for hub_regex, hub_names in ((None, 0), ('n1.*', 11)):
-        hook = StatsCollectorHook(
-            interval=1,
-            collect_outputs=False,
-            collect_timing=False,
-            hub_regex=hub_regex)
+        hook = StatsCollectorHook(interval=1, collect=(), hub_regex=hub_regex)
         runner, published = mock_runner(100, IterBasedTrainLoop, 1)
         hook.before_run(runner)
         updates.clear()
@@ -504,7 +513,7 @@ def test_the_message_hub_gets_what_something_reads(monkeypatch):
 def _slowest_rank_worker(rank, world):
     """Rank 1 waits for data in the first interval only, rank 0 in the
     second: each publication names the slowest rank of its own interval."""
-    hook = StatsCollectorHook(interval=2, collect_outputs=False)
+    hook = StatsCollectorHook(interval=2, collect=('timing', ))
     runner, published = mock_runner(100, IterBasedTrainLoop)
     hook.before_run(runner)
     data_times = {0: [0.0, 0.0, 0.2, 0.0], 1: [0.3, 0.0, 0.0, 0.0]}[rank]
@@ -527,7 +536,7 @@ def test_the_slowest_rank_is_of_its_own_interval():
 def _slowest_by_data_time_worker(rank, world):
     """Rank 0 has the long iterations (``time``), rank 1 the long waits for
     data (``data_time``): the slowest rank is the one waiting for data."""
-    hook = StatsCollectorHook(interval=2, collect_outputs=False)
+    hook = StatsCollectorHook(interval=2, collect=('timing', ))
     runner, published = mock_runner(100, IterBasedTrainLoop)
     hook.before_run(runner)
     time, data_time = {0: (2.0, 0.01), 1: (0.5, 0.3)}[rank]

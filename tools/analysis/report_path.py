@@ -8,7 +8,7 @@ and records with :func:`sys.setprofile` every call into a file of the
 ``mmstats`` package during two windows: the ``report()`` call of the
 second iteration, and the hook's ``after_train_iter`` that publishes (the
 collector's update, the formatting, the visualizer's write).
-``collect_timing`` and ``collect_outputs`` are off, so that only the traced
+The hook collects nothing of its own (``collect=()``), so that only the traced
 value travels.
 
 Prints the files in the order the value enters them, and:
@@ -121,7 +121,7 @@ def run(verbose: bool = False) -> dict:
             work_dir,
             names=1,
             iters=2,
-            hook=dict(collect_timing=False, collect_outputs=False),
+            hook=dict(collect=()),
             logger_interval=2)
         hook = next(
             h for h in runner.hooks
