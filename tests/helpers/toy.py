@@ -125,3 +125,15 @@ class ToyAccuracy(BaseMetric):
 
     def compute_metrics(self, results: list) -> dict:
         return dict(accuracy=100 * sum(results) / max(len(results), 1))
+
+
+def toy_flops_per_sample(channels: int = 8, side: int = 8) -> int:
+    """The toy model's FLOPs per sample by hand (2 per multiply-add):
+    forward of conv 1->C, conv C->C (3x3, same padding) and the C->10
+    head; backward: both gradients of the second conv and of the head,
+    the weight gradient only of the first conv (its input needs none)."""
+    pixels = side * side
+    conv1 = 2 * pixels * channels * 1 * 9
+    conv2 = 2 * pixels * channels * channels * 9
+    head = 2 * channels * 10
+    return (conv1 + conv2 + head) + (conv1 + 2 * conv2 + 2 * head)

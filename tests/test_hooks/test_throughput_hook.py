@@ -12,28 +12,14 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS as ROOT_HOOKS
 from mmengine.runner import Runner
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
 
 import mmstats.hooks.precise_bn_hook as precise_bn_hook
 import mmstats.hooks.throughput_hook as throughput_hook
 from mmstats.hooks import ThroughputHook
-from mmstats.throughput import (IterationFlops, MemoryReader, batch_rows,
-                                peak_flops)
+from mmstats.throughput import MemoryReader
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import gloo_launch, read_scalars, toy_cfg
-from tests.helpers.toy import ToyBNModel
-
-
-def toy_flops_per_sample(channels: int = 8, side: int = 8) -> int:
-    """The toy model's FLOPs per sample by hand (2 per multiply-add):
-    forward of conv 1->C, conv C->C (3x3, same padding) and the C->10
-    head; backward: both gradients of the second conv and of the head,
-    the weight gradient only of the first conv (its input needs none)."""
-    pixels = side * side
-    conv1 = 2 * pixels * channels * 1 * 9
-    conv2 = 2 * pixels * channels * channels * 9
-    head = 2 * channels * 10
-    return (conv1 + conv2 + head) + (conv1 + 2 * conv2 + 2 * head)
+from tests.helpers.toy import toy_flops_per_sample
 
 
 # ----------------------------------------------------- the raw values seen
@@ -526,57 +512,6 @@ def test_no_collective_and_no_tensor_op_between_publications(tmp_path):
         if not published and ops is not None:
             assert ops == [], (method, step)
     assert sum(len(c) for *_, c in results[0]) == 3  # one per publication
-
-
-# ------------------------------------------------------------ the parts
-def test_flops_of_the_toy_model_by_hand_and_by_torch():
-    model = ToyBNModel()
-    inputs = torch.randn(6, 1, 8, 8)
-    labels = torch.arange(6)
-    counter = IterationFlops()
-    counter.start()
-    model(inputs, dict(gt_label=labels), mode='loss')['loss'].backward()
-    counter.stop()
-    assert counter.total == 6 * toy_flops_per_sample()
-    assert counter.by_kind == {'fp32': 6 * toy_flops_per_sample()}
-    with FlopCounterMode(display=False) as reference:
-        model(inputs, dict(gt_label=labels), mode='loss')['loss'].backward()
-    assert reference.get_total_flops() == counter.total
-
-
-def test_peak_table_and_mixed_formats():
-    assert peak_flops('NVIDIA H100 PCIe', 'bf16') == 756e12
-    assert peak_flops('NVIDIA H100 NVL', 'bf16') == 835e12
-    assert peak_flops('NVIDIA H100 80GB HBM3', 'tf32') == 494.7e12
-    assert peak_flops('NVIDIA L40S', 'bf16') == 362.05e12
-    assert peak_flops('NVIDIA L4', 'bf16') == 121e12
-    assert peak_flops('NVIDIA A10', 'fp32') == 31.2e12
-    assert peak_flops('Tesla V100-SXM2-16GB', 'bf16') is None  # none
-    counter = IterationFlops()
-    counter.by_kind = dict(bf16=989.4e12, fp32=66.9e12)  # 1 s each
-    assert counter.peak('NVIDIA H100 80GB HBM3') == pytest.approx(
-        (989.4e12 + 66.9e12) / 2)
-    counter.by_kind = dict(bf16=1, other=1)
-    assert counter.peak('NVIDIA H100 80GB HBM3') is None
-
-
-def test_batch_rows_of_the_usual_batches():
-    assert batch_rows(dict(inputs=torch.zeros(3, 2))) == 3
-    assert batch_rows(dict(inputs=[torch.zeros(2)] * 5, data_samples=[])) == 5
-    assert batch_rows(dict(inputs=dict(img=torch.zeros(4, 1)))) == 4
-    assert batch_rows([torch.zeros(7, 1), torch.zeros(7)]) == 7
-    assert batch_rows(dict(img=torch.zeros(2, 1))) == 2  # no 'inputs'
-    assert batch_rows({}) is None
-    assert batch_rows(None) is None
-    assert batch_rows(dict(inputs=torch.tensor(1.))) is None
-
-
-def test_cpu_memory_is_the_peak_rss_of_the_process():
-    import resource
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    read = MemoryReader(torch.device('cpu')).read()['max_rss']
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    assert before <= read <= after
 
 
 @pytest.mark.parametrize('kwargs, error', [

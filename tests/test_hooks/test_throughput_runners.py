@@ -10,7 +10,7 @@ from mmengine.runner import Runner
 from tests.helpers.dist import run_distributed
 from tests.helpers.flexible import flexible_cfg, use_strategy
 from tests.helpers.runner import read_scalars, toy_cfg
-from tests.test_hooks.test_throughput_hook import toy_flops_per_sample
+from tests.helpers.toy import toy_flops_per_sample
 
 
 def _train(rank, world_size, work_dir, strategy):
