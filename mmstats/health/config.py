@@ -13,7 +13,8 @@ from typing import Any, Mapping, Optional, Union
 from mmengine.logging import print_log
 
 from mmstats.utils.args import (check_choice, check_positive_int, check_real,
-                                compile_regex)
+                                compile_regex, deprecation_message,
+                                keywords_text)
 from .histograms import MAX_BUCKETS
 
 __all__ = ['HealthConfig', 'fold_flat_health']
@@ -177,19 +178,17 @@ health=dict(on_spike='raise', spike_factor=8)
     """
     if not flat:
         return health
-    written = ', '.join(f'{k}={v!r}' for k, v in flat.items())
     if health is not None:
         given = (
             asdict(health) if isinstance(health, HealthConfig) else
             dict(health) if isinstance(health, Mapping) else {})
-        both = ', '.join(f'{k}={v!r}' for k, v in {**given, **flat}.items())
-        raise ValueError(f'{OWNER}: {written} (deprecated) and health='
-                         f'{health!r} are both given; write them in one: '
-                         f'health=dict({both})')
-    verb = 'is' if len(flat) == 1 else 'are'
+        raise ValueError(
+            f'{OWNER}: {keywords_text(flat)} (deprecated) and '
+            f'health={health!r} are both given; write them in '
+            f'one: health=dict({keywords_text({**given, **flat})})')
     print_log(
-        f'{OWNER}: {written} {verb} deprecated (accepted until the next '
-        f'release); write health=dict({written})',
+        deprecation_message(OWNER, flat,
+                            f'health=dict({keywords_text(flat)})'),
         'current',
         level=logging.WARNING)
     return dict(flat)

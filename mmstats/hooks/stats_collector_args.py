@@ -21,6 +21,7 @@ from mmstats.health import HealthConfig, fold_flat_health
 from mmstats.stats import STAT_NAMES
 from mmstats.utils.args import (check_bool, check_log_interval, check_names,
                                 check_positive_int, check_str, compile_regex,
+                                deprecation_message, keywords_text,
                                 scope_inline_flags)
 
 __all__ = [
@@ -118,20 +119,17 @@ def _fold_flat_collect(kwargs: Dict[str, Any]) -> None:
         return
     for name, flag in flat.items():
         check_bool(OWNER, name, flag)
-    written = ', '.join(f'{k}={v!r}' for k, v in flat.items())
-    collect = tuple(source for source, name in zip(COLLECTABLE, FLAT_COLLECT)
-                    if flat.get(name, True))
     if 'collect' in kwargs:
-        raise ValueError(f'{OWNER}: {written} (deprecated) and collect='
-                         f'{kwargs["collect"]!r} are both given; write '
-                         f'collect=... alone')
-    verb = 'is' if len(flat) == 1 else 'are'
+        raise ValueError(f'{OWNER}: {keywords_text(flat)} (deprecated) and '
+                         f'collect={kwargs["collect"]!r} are both given; '
+                         f'write collect=... alone')
+    kwargs['collect'] = tuple(
+        source for source, name in zip(COLLECTABLE, FLAT_COLLECT)
+        if flat.get(name, True))
     print_log(
-        f'{OWNER}: {written} {verb} deprecated (accepted until the next '
-        f'release); write collect={collect!r}',
+        deprecation_message(OWNER, flat, f'collect={kwargs["collect"]!r}'),
         'current',
         level=logging.WARNING)
-    kwargs['collect'] = collect
 
 
 def accept_deprecated_keywords(cls: type) -> type:

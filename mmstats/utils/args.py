@@ -27,14 +27,15 @@ import functools
 import inspect
 import numbers
 import re
-from typing import (Any, Callable, List, Optional, Pattern, Sequence, Tuple,
-                    TypeVar)
+from typing import (Any, Callable, List, Mapping, Optional, Pattern, Sequence,
+                    Tuple, TypeVar)
 
 __all__ = [
     'check_bool', 'check_positive_int', 'check_log_interval', 'check_real',
     'check_choice', 'check_str', 'check_names', 'compile_regex',
     'scope_inline_flags', 'check_keywords', 'refuse_second_instance',
-    'split_alternatives', 'unmatched_alternatives'
+    'split_alternatives', 'unmatched_alternatives', 'keywords_text',
+    'deprecation_message'
 ]
 
 ClassT = TypeVar('ClassT', bound=type)
@@ -418,3 +419,30 @@ def unmatched_alternatives(regex: str, names: Sequence[str]) -> List[str]:
         if not any(pattern.fullmatch(name) for name in names):
             unmatched.append(part)
     return unmatched
+
+
+def keywords_text(keywords: Mapping[str, Any]) -> str:
+    """``keywords`` as they are written in a call.
+
+    Example:
+        >>> keywords_text(dict(spike_factor=8, on_spike='raise'))
+        "spike_factor=8, on_spike='raise'"
+    """
+    return ', '.join(f'{k}={v!r}' for k, v in keywords.items())
+
+
+def deprecation_message(owner: str, keywords: Mapping[str, Any],
+                        new_form: str) -> str:
+    """What an mmengine WARNING says of deprecated ``keywords``, naming
+    their ``new_form`` (mmengine's hooks warn so about deprecated
+    arguments: it is in the log, where a ``DeprecationWarning`` is hidden
+    by Python's default filters).
+
+    Example:
+        >>> deprecation_message('MyHook', dict(at_end=True), "when='end'")
+        "MyHook: at_end=True is deprecated (accepted until the next \
+release); write when='end'"
+    """
+    verb = 'is' if len(keywords) == 1 else 'are'
+    return (f'{owner}: {keywords_text(keywords)} {verb} deprecated (accepted '
+            f'until the next release); write {new_form}')
