@@ -4,12 +4,39 @@ that see them."""
 from typing import Any, Callable, Optional
 
 from mmengine._strategy import DeepSpeedStrategy as MMEngineDeepSpeedStrategy
+from mmengine.logging import print_log
 
 from mmstats.registry import STRATEGIES
 from .consolidate import read_deepspeed_checkpoint
 from .state_dicts import log_incompatible_keys
 
-__all__ = ['DeepSpeedStrategy']
+__all__ = ['DeepSpeedStrategy', 'sequential_gathers_on_cpu']
+
+#: the ZeRO-3 option (and its alias) that gathers parameters one at a time
+SEQUENTIAL = ('stage3_allgather_sequential', 'allgather_sequential')
+
+
+def sequential_gathers_on_cpu(zero: dict, device: str) -> dict:
+    """``zero`` (a ``zero_optimization`` config) with ZeRO-3's parameter
+    gathers made sequential where ``device`` is ``'cpu'`` and the config
+    does not choose: before deepspeedai/DeepSpeed#8539 (0.18.6, the
+    ``deepspeed`` extra's, among them) ``_allgather_params_coalesced``
+    waits only for the last of its async gathers, and gloo runs each on a
+    thread of its own, so the persistent parameters it re-gathers after
+    every step can be read before they arrive: uninitialised memory, a
+    loss of 1e13 in ~1 run of 10 on 2 CPU processes. On CUDA the gathers
+    are ordered on one stream.
+
+    Example:
+        >>> sequential_gathers_on_cpu(dict(stage=3), 'cpu')
+        {'stage': 3, 'stage3_allgather_sequential': True}
+        >>> sequential_gathers_on_cpu(dict(stage=3), 'cuda')
+        {'stage': 3}
+    """
+    if (zero.get('stage') != 3 or device != 'cpu'
+            or any(key in zero for key in SEQUENTIAL)):
+        return zero
+    return dict(zero, stage3_allgather_sequential=True)
 
 
 @STRATEGIES.register_module()
@@ -17,7 +44,7 @@ class DeepSpeedStrategy(MMEngineDeepSpeedStrategy):
     """mmengine's ``DeepSpeedStrategy`` whose checkpoints evaluate under
     ZeRO-3 and whose hooks see them (``docs/checkpoints.md``).
 
-    Two things differ from mmengine 0.10.7's:
+    Three things differ from mmengine 0.10.7's:
 
     - **Evaluation** (``tools/test.py``: no optimizer): DeepSpeed refuses
       to build a ZeRO-1/2 engine without one ("zero stage 1 requires an
@@ -34,6 +61,9 @@ class DeepSpeedStrategy(MMEngineDeepSpeedStrategy):
       ``before_save_checkpoint`` / ``after_load_checkpoint`` never ran
       (PreciseBNHook's state, the message hub's once-per-line keys). Here
       they get the checkpoint's client state.
+    - **ZeRO-3 on CPU** gathers parameters one at a time unless the config
+      chooses (:func:`sequential_gathers_on_cpu`): DeepSpeed's coalesced
+      gather races gloo's threads.
 
     Every argument is mmengine's ``DeepSpeedStrategy``'s.
 
@@ -58,6 +88,19 @@ class DeepSpeedStrategy(MMEngineDeepSpeedStrategy):
             # ZeRO-3's partitioned inference gave another accuracy in ~1 of
             # 10 runs of the same checkpoint; whole weights on every rank
             self.config['zero_optimization'] = dict(zero, stage=0)
+        elif zero:
+            from deepspeed.accelerator import get_accelerator
+            safe = sequential_gathers_on_cpu(zero,
+                                             get_accelerator().device_name())
+            if safe is not zero:
+                print_log(
+                    'DeepSpeedStrategy: ZeRO-3 on CPU: parameters gathered '
+                    'one at a time (zero_optimization.'
+                    "stage3_allgather_sequential=True: DeepSpeed's "
+                    'coalesced gather may be read before gloo ends it, '
+                    'deepspeedai/DeepSpeed#8539); set it in the config to '
+                    'choose', 'current')
+                self.config['zero_optimization'] = safe
         return super()._wrap_model(model)
 
     def save_checkpoint(self,
