@@ -35,16 +35,25 @@ import types
 import pytest
 import torch
 
-from mmstats.stats import reporting
-from tests.helpers.compile_cache import (close_cache, open_cache,
-                                         suite_cache_dir)
-from tests.helpers.loader_workers import stop_loader_workers
-from tests.helpers.runner import clear_mmengine_singletons
-from tests.helpers.torch_versions import BY_NODE_ID as NEEDS_NEWER_TORCH
+from tests.helpers.compile_cache import (USER_CACHE_FLAG, close_cache,
+                                         open_cache, suite_cache_dir)
+
+# before anything imports DeepSpeed (tests.helpers.torch_versions does):
+# its import sets torch's default cache dir when none is set. Whether the
+# user gave one is decided once, in the first process (xdist workers and
+# ranks inherit both variables)
+INDUCTOR_CACHE = suite_cache_dir()
+os.environ.setdefault(USER_CACHE_FLAG,
+                      str(int('TORCHINDUCTOR_CACHE_DIR' in os.environ)))
+os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', INDUCTOR_CACHE)
+# isort: split
+from mmstats.stats import reporting  # noqa: E402
+from tests.helpers.loader_workers import stop_loader_workers  # noqa: E402
+from tests.helpers.runner import clear_mmengine_singletons  # noqa: E402
+from tests.helpers.torch_versions import \
+    BY_NODE_ID as NEEDS_NEWER_TORCH  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-INDUCTOR_CACHE = suite_cache_dir()
-os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', INDUCTOR_CACHE)
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
 _TEST_DIRS = (osp.join(ROOT, 'tests'), osp.join(ROOT, 'projects'))

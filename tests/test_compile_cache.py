@@ -12,9 +12,9 @@ import textwrap
 
 import pytest
 
-from tests.helpers.compile_cache import (MARKERS, close_cache, complete_elf,
-                                         incomplete_binaries, open_cache,
-                                         suite_cache_dir)
+from tests.helpers.compile_cache import (MARKERS, USER_CACHE_FLAG, close_cache,
+                                         complete_elf, incomplete_binaries,
+                                         open_cache, suite_cache_dir)
 from tests.helpers.torch_versions import needs_torch
 
 COMPILE = textwrap.dedent("""
@@ -173,8 +173,10 @@ def test_truncated_binaries_are_incomplete(tmp_path):
 
 
 def test_this_session_compiles_into_the_suites_cache():
-    if os.environ.get('TORCHINDUCTOR_CACHE_DIR') != suite_cache_dir():
+    if os.environ[USER_CACHE_FLAG] == '1':
         pytest.skip('TORCHINDUCTOR_CACHE_DIR set by the user')
+    # not one that an import set first (DeepSpeed's sets torch's default)
+    assert os.environ['TORCHINDUCTOR_CACHE_DIR'] == suite_cache_dir()
     cache_dir = pytest.importorskip(
         'torch._inductor.runtime.cache_dir_utils',
         reason='needs torch._inductor.runtime.cache_dir_utils').cache_dir

@@ -445,6 +445,14 @@ BUGS = [
     Bug('IC2', 'the inductor cache kept after an unfinished session',
         'tests/helpers/compile_cache.py', '        if left:\n',
         '        if False:\n', ('tests/test_compile_cache.py', )),
+    Bug(
+        'IC3', "the suite's inductor cache set after DeepSpeed's import "
+        "(which sets torch's default: the suite's cache never used)",
+        'tests/conftest.py',
+        "os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', INDUCTOR_CACHE)",
+        'import tests.helpers.torch_versions  # noqa: E402, F401\n'
+        "os.environ.setdefault('TORCHINDUCTOR_CACHE_DIR', INDUCTOR_CACHE)",
+        ('tests/test_compile_cache.py', )),
     # modules whose forward hooks never fire (mmseg's decode heads)
     Bug(
         'MU1', 'no word about a module whose act never comes (called as '

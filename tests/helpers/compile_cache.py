@@ -39,6 +39,11 @@ LOCK = '.sessions.lock'
 MARKERS = '.sessions'
 BINARIES = ('.so', '.o')
 
+#: set by the suite's first process: ``'1'`` where the user gave
+#: ``TORCHINDUCTOR_CACHE_DIR`` (the suite uses it as it is), ``'0'`` where
+#: the suite's own directory is used
+USER_CACHE_FLAG = 'MMSTATS_TESTS_USER_INDUCTOR_CACHE'
+
 
 def suite_cache_dir() -> str:
     """The suite's inductor cache (in the temp dir, per user).
