@@ -24,6 +24,9 @@ API) asks :func:`require_torch`, which refuses with the version it needs.
 - Optimizer step hooks: torch 2.1 runs none after ``import deepspeed``;
   the instance's ``step`` is wrapped instead.
 - mmstats' custom ops inside ``torch.compile``: :data:`COMPILED_OPS`.
+- The default process group's store: no public accessor in torch 2.1 to
+  2.14; ``distributed_c10d._get_default_store`` in all of them
+  (:func:`default_store`).
 """
 import re
 import sys
@@ -35,7 +38,7 @@ __all__ = [
     'TORCH_VERSION', 'COMPILED_OPS', 'torch_at_least', 'require_torch',
     'dtensor_class', 'fsdp_module_class', 'fully_shard_api',
     'register_step_hooks', 'is_compiling', 'register_fake', 'foreach_norm',
-    'flop_registry', 'aminmax'
+    'flop_registry', 'aminmax', 'default_store'
 ]
 
 
@@ -78,6 +81,28 @@ def require_torch(version: str, feature: str) -> None:
             f'{feature} needs torch >= {version} (found {torch.__version__}'
             f'); it has no older API to fall back on. Upgrade torch, or '
             f'leave {feature} out of the config (docs/compat.md).')
+
+
+def default_store() -> Optional[Any]:
+    """The store of the default process group (the one
+    ``init_process_group`` made: torchrun's ``TCPStore`` or the
+    ``MASTER_ADDR:MASTER_PORT`` one), or None without a process group.
+
+    torch has no public accessor for it up to 2.14 (the hang watch needs
+    the store the ranks already share, not a new server on a port of its
+    own): the private ``_get_default_store`` has it in every version from
+    2.1 on; where it is missing this returns None and the hang watch says
+    so (``docs/hangs.md``).
+
+    Example:
+        >>> default_store() is None  # no process group in a doctest
+        True
+    """
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    getter = getattr(dist.distributed_c10d, '_get_default_store', None)
+    return getter() if getter is not None else None
 
 
 def dtensor_class() -> type:
