@@ -19,9 +19,11 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from typing import Callable, Dict, Optional
 
-from mmengine.logging import print_log
+from mmengine.dist import broadcast_object_list
+from mmengine.logging import MMLogger, print_log
 
 from mmstats.utils.torch_compat import default_store
 from .hangs import (HANG_EXIT_CODE, HangConfig, Progress, RankRecord, Stall,
@@ -112,14 +114,20 @@ class LocalChannel:
         return 0
 
 
-def build_channel(prefix: str, world_size: int):
+def build_channel(world_size: int):
     """A :class:`StoreChannel` over the default process group's store, a
     :class:`LocalChannel` for one process, None where ranks have no store
-    to meet in."""
+    to meet in. Every rank must call it (from its main thread): the keys'
+    prefix is rank 0's random name, broadcast (one small collective, once
+    a run), so runs in one process group never read each other's keys."""
     if world_size == 1:
         return LocalChannel()
     store = default_store()
-    return None if store is None else StoreChannel(store, prefix, world_size)
+    if store is None:
+        return None
+    name = [uuid.uuid4().hex[:12]]
+    broadcast_object_list(name)
+    return StoreChannel(store, f'mmstats/hang/{name[0]}', world_size)
 
 
 def _flush_logs() -> None:
@@ -182,6 +190,7 @@ class HangWatchdog:
         self.stall: Optional[Stall] = None  # rank 0: the one it reported
         self.number = 0  # rank 0: stalls reported; others: last answered
         self._published: Optional[tuple] = None
+        self._candidate: Optional[tuple] = None  # rank 0: the last look's
         self._last_line = 0.
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -241,6 +250,9 @@ class HangWatchdog:
             for rank, text in self.channel.read_all().items()
         }
         stall = find_stall(records, now)
+        seen, self._candidate = self._candidate, stall and stall.key
+        if stall is not None and stall.key != seen:
+            return  # twice in a row: a record may lag one interval
         if stall is None:
             if self.stall is not None:
                 print_log(
@@ -262,12 +274,10 @@ class HangWatchdog:
             json.dumps(dict(number=self.number, ranks=ranks, exit=leave)))
         if 0 in ranks and new:
             self.dump(self.number)
-        print_log(
+        MMLogger.get_current_instance().error(
             hang_message(stall, now, self.world_size, self.work_dir,
                          self.number, self.config.on_hang,
-                         self.config.repeat),
-            'current',
-            level=logging.ERROR)
+                         self.config.repeat))
         if leave:
             self._exit_last()
 

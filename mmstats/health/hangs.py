@@ -24,7 +24,7 @@ __all__ = [
 OWNER = 'HangWatchHook'
 #: the phases a rank is in (``docs/hangs.md``); ``hook`` carries the hook's
 #: class and method as its detail
-PHASES = ('setup', 'data', 'forward_backward', 'optimizer_step', 'hook',
+PHASES = ('setup', 'data', 'forward', 'backward', 'optimizer_step', 'hook',
           'validation', 'test', 'checkpoint_save', 'precise_bn')
 #: the exit status of every rank that ends a hung run (``on_hang='exit'``):
 #: distinct from sysexits (64-78), from 128 + a signal and from torchrun's 1
@@ -147,25 +147,35 @@ class Progress:
     began, the same on every rank, so ``(iteration, seq)`` orders ranks.
     :meth:`enter` is the whole hot path: one clock read, two dict look-ups.
 
+    The longest time of each phase leaves out its first occurrence and
+    any occurrence longer than its timeout then (``timeout_of``): a rank
+    that waited for a stalled one does not raise its own timeouts.
+
+    Args:
+        timeout_of (callable, optional): :meth:`HangConfig.timeout_of`.
+            Defaults to None (every duration kept).
+        clock (callable): Wall time. Defaults to ``time.time``.
+
     Example:
         >>> progress = Progress(clock=iter(range(100)).__next__)
         >>> progress.enter('data', iteration=0)
-        >>> progress.enter('forward_backward')
+        >>> progress.enter('forward')
         >>> progress.state
-        (0, 1, 'forward_backward', '', 2)
+        (0, 1, 'forward', '', 2)
         >>> progress.enter('data', iteration=1)
-        >>> progress.enter('forward_backward')
-        >>> progress.longest_of('forward_backward', '')  # first left out
+        >>> progress.enter('forward')
+        >>> progress.longest_of('forward', '')  # first left out
         0.0
         >>> progress.enter('data', iteration=2)
-        >>> progress.longest_of('forward_backward', '')
+        >>> progress.longest_of('forward', '')
         1
     """
-    __slots__ = ('state', 'completed', 'longest', '_clock')
+    __slots__ = ('state', 'completed', 'longest', '_clock', '_timeout_of')
 
-    def __init__(self, clock=time.time) -> None:
+    def __init__(self, timeout_of=None, clock=time.time) -> None:
         self._clock = clock
-        #: phase -> times completed, (phase, detail) -> longest duration
+        self._timeout_of = timeout_of
+        #: (phase, detail) -> times completed, and the longest duration
         self.completed: Dict[Tuple[str, str], int] = {}
         self.longest: Dict[Tuple[str, str], float] = {}
         self.state: Tuple[int, int, str, str,
@@ -182,12 +192,19 @@ class Progress:
         key = (old, old_detail)
         done = self.completed.get(key, 0)
         if done and now - since > self.longest.get(key, 0.):
-            self.longest[key] = now - since
+            self._keep(key, now - since)
         self.completed[key] = done + 1
         if iteration is None or iteration == it:
             self.state = (it, seq + 1, phase, detail, now)
         else:
             self.state = (iteration, 0, phase, detail, now)
+
+    def _keep(self, key: Tuple[str, str], seconds: float) -> None:
+        """A new longest, unless it overran its timeout."""
+        limit = None if self._timeout_of is None else self._timeout_of(
+            key[0], self.longest.get(key, 0.))
+        if limit is None or seconds <= limit:
+            self.longest[key] = seconds
 
     def longest_of(self, phase: str, detail: str) -> Optional[float]:
         """The longest ``phase`` took, its first occurrence left out; None
@@ -300,13 +317,13 @@ def hang_message(stall: Stall, now: float, world_size: int, work_dir: str,
 
     Example:
         >>> stalled = RankRecord(1, 7, 0, 'data', '', 100., 30., 'node3', 42)
-        >>> ahead = RankRecord(0, 7, 4, 'forward_backward', '', 130., 30.,
+        >>> ahead = RankRecord(0, 7, 4, 'backward', '', 130., 30.,
         ...                    'node1', 41)
         >>> print(hang_message(Stall([stalled], [ahead]), 145., 2, 'wd', 1,
         ...                    'warn', 300.))  # doctest: +NORMALIZE_WHITESPACE
         Hang: rank 1 (host node3, pid 42) has been in phase data of \
 iteration 7 for 45 s (timeout 30 s), Python stacks in wd/hangs/rank1-1.txt; \
-1 of 2 ranks wait for it (rank 0 in phase forward_backward of iteration \
+1 of 2 ranks wait for it (rank 0 in phase backward of iteration \
 7). on_hang='warn': the run keeps waiting; this line repeats at most every \
 300 s.
     """

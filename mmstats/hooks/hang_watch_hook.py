@@ -23,7 +23,7 @@ __all__ = ['HangWatchHook']
 #: the phase it was in before the call)
 AFTER_CALL = {
     'before_train_epoch': 'data',
-    'before_train_iter': 'forward_backward',
+    'before_train_iter': 'forward',
     'after_train_iter': 'data',
     'before_val_epoch': 'validation',
     'before_val_iter': 'validation',
@@ -33,11 +33,14 @@ AFTER_CALL = {
     'after_test_iter': 'test',
     'before_save_checkpoint': 'checkpoint_save',
 }
+#: the phases of a training step: the model's forward pre-hook and forward
+#: hook move between them only there (not in validation or PreciseBN)
+STEP_PHASES = ('forward', 'backward', 'optimizer_step')
 #: a loop's end: back to the phase its start found (training's data)
 RESUMES = {'after_val': 'before_val', 'after_test': 'before_test'}
 #: a hook's own work in these calls is part of the phase
 CALL_PHASE = {'before_save_checkpoint': 'checkpoint_save'}
-#: hooks whose work is a phase of its own
+#: hooks (and their subclasses) whose work is a phase of its own
 HOOK_PHASE = {'PreciseBNHook': 'precise_bn'}
 
 
@@ -112,7 +115,7 @@ class HangWatchHook(Hook):
         self._plans: Dict[str, List[Tuple[Hook, Optional[tuple]]]] = {}
         self._planned_for = 0  # the number of hooks planned for
         self._resume_at: Dict[str, tuple] = {}
-        self._step_handles: List[Any] = []
+        self._handles: List[Any] = []
 
     def before_run(self, runner: Runner) -> None:
         """Start recording and watching (rank 0 reports)."""
@@ -120,8 +123,7 @@ class HangWatchHook(Hook):
         if not self.config.enabled:
             return
         world_size = get_world_size()
-        channel = build_channel(f'mmstats/hang/{runner.timestamp}',
-                                world_size)
+        channel = build_channel(world_size)
         if channel is None:
             print_log(
                 'HangWatchHook: the process group has no store this torch '
@@ -129,7 +131,7 @@ class HangWatchHook(Hook):
                 'current',
                 level=logging.WARNING)
             return
-        self.progress = Progress()
+        self.progress = Progress(self.config.timeout_of)
         self._watchdog = HangWatchdog(self.config, self.progress, channel,
                                       get_rank(), world_size,
                                       runner.work_dir)
@@ -138,23 +140,34 @@ class HangWatchHook(Hook):
         self._watchdog.start()
 
     def before_train(self, runner: Runner) -> None:
-        """The optimizer step is a phase: step pre/post hooks."""
+        """The step's phases: the model's forward pre-hook (forward), its
+        forward hook (backward: the loss, backward, DDP's all-reduce) and
+        the optimizer's step pre-hook (optimizer step)."""
         if self.progress is None:
             return
-        enter = self.progress.enter
+        progress = self.progress
 
-        def pre(*args, **kwargs) -> None:
-            enter('optimizer_step')
+        def forward(*args) -> None:  # a new micro-batch's forward
+            if progress.state[2] in STEP_PHASES[1:]:
+                progress.enter('forward')
 
-        def post(*args, **kwargs) -> None:
-            enter('forward_backward', 'after the step')
+        def backward(*args) -> None:
+            if progress.state[2] == 'forward':
+                progress.enter('backward')
 
-        if runner.cfg.get('compile'):  # no graph of its own, no recompile
+        def step(*args, **kwargs) -> None:
+            progress.enter('optimizer_step')
+
+        if runner.cfg.get('compile'):  # no graph break, no recompile
             import torch
-            pre, post = torch.compiler.disable(pre), torch.compiler.disable(
-                post)
+            forward, backward, step = (
+                torch.compiler.disable(f) for f in (forward, backward, step))
+        self._handles = [
+            runner.model.register_forward_pre_hook(forward),
+            runner.model.register_forward_hook(backward)
+        ]
         for optimizer in _optimizers(runner.optim_wrapper):
-            self._step_handles += register_step_hooks(optimizer, pre, post)
+            self._handles += register_step_hooks(optimizer, step, _nothing)
 
     def after_run(self, runner: Runner) -> None:
         """Stop watching; the runner's own ``call_hook`` again."""
@@ -167,9 +180,9 @@ class HangWatchHook(Hook):
         if self._runner is not None:
             vars(self._runner).pop('call_hook', None)
             self._runner = None
-        for handle in self._step_handles:
+        for handle in self._handles:
             handle.remove()
-        self._step_handles, self._plans, self._resume_at = [], {}, {}
+        self._handles, self._plans, self._resume_at = [], {}, {}
 
     def _plan(self, fn_name: str) -> List[Tuple[Hook, Optional[tuple]]]:
         """The runner's hooks for ``fn_name``, each with the phase it
@@ -186,7 +199,10 @@ class HangWatchHook(Hook):
                     plan.append((hook, None))
                     continue
                 name = type(hook).__name__
-                phase = HOOK_PHASE.get(name, CALL_PHASE.get(fn_name, 'hook'))
+                phase = next((HOOK_PHASE[c.__name__]
+                              for c in type(hook).__mro__
+                              if c.__name__ in HOOK_PHASE),
+                             CALL_PHASE.get(fn_name, 'hook'))
                 plan.append((hook, (phase, f'{name}.{fn_name}')))
             self._plans[fn_name] = plan
         return plan
@@ -220,6 +236,10 @@ class HangWatchHook(Hook):
             start = self._resume_at.pop(RESUMES.get(fn_name), before)
             if progress.state[2:4] != start[2:4]:
                 progress.enter(*start[2:4])
+
+
+def _nothing(*args, **kwargs) -> None:
+    """The step's post-hook: the step phase lasts until the hooks."""
 
 
 def _optimizers(optim_wrapper: Any) -> List[Any]:
