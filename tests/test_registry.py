@@ -73,7 +73,7 @@ def test_only_the_hooks_are_registered_and_only_in_the_mmstats_scope():
     assert HOOKS.get('StatsCollectorHook') is StatsCollectorHook
     assert set(HOOKS.module_dict) <= {
         'PreciseBNHook', 'StatsCollectorHook', 'ModuleStatsHook',
-        'ThroughputHook', 'RandomStateHook'
+        'ThroughputHook', 'RandomStateHook', 'HangWatchHook'
     }
     for name in HOOKS.module_dict:
         assert ROOT_HOOKS.module_dict.get(name) is not HOOKS.get(name)
