@@ -567,6 +567,28 @@ BUGS = [
         'mmstats/health/policy.py',
         'if self._spike_names(name) and is_new(name)',
         'if self._spike_names(name)', ('tests/test_health/test_policy.py', )),
+    Bug('HW1', 'the hang watch\'s phase not updated around the optimizer '
+        'step (a stall there named as backward)',
+        'mmstats/hooks/hang_watch_hook.py',
+        'self._handles += register_step_hooks(optimizer, step, _nothing)',
+        'self._handles += []', ('tests/test_health/test_hangs.py', )),
+    Bug(
+        'HW2', 'a phase\'s time measured from the run\'s start',
+        'mmstats/health/hangs.py',
+        '            self.state = (it, seq + 1, phase, detail, now)\n'
+        '        else:\n'
+        '            self.state = (iteration, 0, phase, detail, now)',
+        '            self.state = (it, seq + 1, phase, detail, since)\n'
+        '        else:\n'
+        '            self.state = (iteration, 0, phase, detail, since)',
+        ('tests/test_health/test_hangs.py', )),
+    Bug(
+        'HW3', 'a stall of rank 0 itself (the reporter) unreported',
+        'mmstats/health/hang_watchdog.py',
+        'for rank, text in self.channel.read_all().items()\n        }',
+        'for rank, text in self.channel.read_all().items()\n'
+        '            if rank != self.rank\n        }',
+        ('tests/test_health/test_hangs.py', )),
 ]
 
 
