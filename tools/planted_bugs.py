@@ -567,7 +567,8 @@ BUGS = [
         'mmstats/health/policy.py',
         'if self._spike_names(name) and is_new(name)',
         'if self._spike_names(name)', ('tests/test_health/test_policy.py', )),
-    Bug('HW1', 'the hang watch\'s phase not updated around the optimizer '
+    Bug(
+        'HW1', 'the hang watch\'s phase not updated around the optimizer '
         'step (a stall there named as backward)',
         'mmstats/hooks/hang_watch_hook.py',
         'self._handles += register_step_hooks(optimizer, step, _nothing)',

@@ -58,16 +58,16 @@ class StoreChannel:
         one."""
         known = set(self._present)
         for rank in range(self.world_size):
-            if rank not in known and self.store.check(
-                [self._key(f'rank{rank}')]):
+            key = self._key(f'rank{rank}')
+            if rank not in known and self.store.check([key]):
                 self._present.append(rank)
         keys = [self._key(f'rank{r}') for r in self._present]
         if not keys:
             return {}
         multi_get = getattr(self.store, 'multi_get', None)
         values = (
-            multi_get(keys) if multi_get is not None else
-            [self.store.get(k) for k in keys])
+            multi_get(keys)
+            if multi_get is not None else [self.store.get(k) for k in keys])
         return {r: v.decode() for r, v in zip(self._present, values)}
 
     def set_verdict(self, text: str) -> None:
@@ -77,7 +77,8 @@ class StoreChannel:
     def verdict(self) -> Optional[str]:
         """The verdict, None before the first."""
         key = self._key('verdict')
-        return self.store.get(key).decode() if self.store.check([key]) else None
+        return self.store.get(key).decode() if self.store.check([key
+                                                                 ]) else None
 
     def mark_exited(self) -> int:
         """Count this rank among those exiting; the count."""
@@ -276,8 +277,7 @@ class HangWatchdog:
             self.dump(self.number)
         MMLogger.get_current_instance().error(
             hang_message(stall, now, self.world_size, self.work_dir,
-                         self.number, self.config.on_hang,
-                         self.config.repeat))
+                         self.number, self.config.on_hang, self.config.repeat))
         if leave:
             self._exit_last()
 
@@ -312,11 +312,12 @@ class HangWatchdog:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         iteration, _, phase, detail, since = self.progress.state
         with open(path, 'w') as f:
-            f.write(f'rank {self.rank} of {self.world_size}, host '
-                    f'{self.host}, pid {os.getpid()}: phase {phase} '
-                    f'{detail} of iteration {iteration} since '
-                    f'{time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))}'
-                    '\n')
+            f.write(
+                f'rank {self.rank} of {self.world_size}, host '
+                f'{self.host}, pid {os.getpid()}: phase {phase} '
+                f'{detail} of iteration {iteration} since '
+                f'{time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))}'
+                '\n')
             f.flush()
             faulthandler.dump_traceback(file=f, all_threads=True)
         return path

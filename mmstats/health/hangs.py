@@ -273,8 +273,8 @@ def find_stall(records: Mapping[int, RankRecord],
     over its timeout.
 
     Example:
-        >>> def rec(rank, it, seq, since):
-        ...     return RankRecord(rank, it, seq, 'data', '', since, 10., 'h', 1)
+        >>> def rec(rank, it, seq, t):
+        ...     return RankRecord(rank, it, seq, 'data', '', t, 10., 'h', 1)
         >>> records = {0: rec(0, 5, 2, 0.), 1: rec(1, 5, 0, 50.)}
         >>> find_stall(records, now=55.) is None  # rank 1 behind, 5 s
         True
@@ -286,8 +286,9 @@ def find_stall(records: Mapping[int, RankRecord],
         return None
     behind = min(r.position for r in records.values())
     stalled = [
-        r for r in records.values() if r.position == behind
-        and r.timeout is not None and now - r.since > r.timeout
+        r for r in records.values()
+        if r.position == behind and r.timeout is not None and now -
+        r.since > r.timeout
     ]
     if not stalled:
         return None

@@ -133,8 +133,7 @@ class HangWatchHook(Hook):
             return
         self.progress = Progress(self.config.timeout_of)
         self._watchdog = HangWatchdog(self.config, self.progress, channel,
-                                      get_rank(), world_size,
-                                      runner.work_dir)
+                                      get_rank(), world_size, runner.work_dir)
         self._runner = runner
         runner.call_hook = self._call_hook  # until after_run
         self._watchdog.start()
@@ -199,10 +198,10 @@ class HangWatchHook(Hook):
                     plan.append((hook, None))
                     continue
                 name = type(hook).__name__
-                phase = next((HOOK_PHASE[c.__name__]
-                              for c in type(hook).__mro__
-                              if c.__name__ in HOOK_PHASE),
-                             CALL_PHASE.get(fn_name, 'hook'))
+                phase = next(
+                    (HOOK_PHASE[c.__name__]
+                     for c in type(hook).__mro__ if c.__name__ in HOOK_PHASE),
+                    CALL_PHASE.get(fn_name, 'hook'))
                 plan.append((hook, (phase, f'{name}.{fn_name}')))
             self._plans[fn_name] = plan
         return plan

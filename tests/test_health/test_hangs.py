@@ -13,8 +13,8 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS as ROOT_HOOKS
 from mmengine.runner import Runner
 
-from mmstats.health import (HANG_EXIT_CODE, HangConfig, HangWatchdog,
-                            Progress, RankRecord, find_stall)
+from mmstats.health import (HANG_EXIT_CODE, HangConfig, HangWatchdog, Progress,
+                            RankRecord, find_stall)
 from mmstats.health.hang_watchdog import LocalChannel
 from tests.helpers.hangs import stall_until_reported
 from tests.helpers.runner import toy_cfg
@@ -156,8 +156,9 @@ class StepStallHook(Hook):
         self.work_dir, self.seen = work_dir, []
 
     def before_train(self, runner):
-        watch = [h for h in runner.hooks if type(h).__name__ ==
-                 'HangWatchHook'][0]
+        watch = [
+            h for h in runner.hooks if type(h).__name__ == 'HangWatchHook'
+        ][0]
 
         def step(*args):
             self.seen.append(watch.progress.state[2])

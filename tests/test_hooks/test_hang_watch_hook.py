@@ -122,8 +122,8 @@ def _exit_config(tmp_path) -> str:
     (epoch 2 of 4 iterations); 'exit'; gloo's timeout 60 s."""
     work_dir = str(tmp_path / 'work')
     cfg = _plan_cfg(work_dir, 2, on_hang='exit', timeout=1.5)
-    cfg.model.update(stall_rank=1, stall_forward=6, release=False,
-                     slow_first=0, slow_val=0)
+    cfg.model.update(
+        stall_rank=1, stall_forward=6, release=False, slow_first=0, slow_val=0)
     cfg.train_dataloader.dataset.update(stall_rank=None, slow_start=0)
     cfg.custom_hooks = cfg.custom_hooks[:1]
     cfg.custom_imports = dict(

@@ -117,7 +117,7 @@ def test_readme_training_health_is_the_config_file_and_builds(tmp_path):
     ]
     assert built == [
         'PreciseBNHook', 'StatsCollectorHook', 'ModuleStatsHook',
-        'ThroughputHook'
+        'ThroughputHook', 'HangWatchHook'
     ]
     backends = [b['type'] for b in cfg.visualizer['vis_backends']]
     assert backends == ['LocalVisBackend', 'TensorboardVisBackend']

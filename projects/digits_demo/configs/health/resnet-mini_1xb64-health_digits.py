@@ -25,6 +25,7 @@ custom_hooks = [
         optimizer_state=True,  # momentum / Adam moments per module
         watch_nonfinite=True),  # which module first went NaN/inf
     dict(type='mmstats.ThroughputHook'),  # memory, samples/s, FLOP/s, MFU
+    dict(type='mmstats.HangWatchHook'),  # a stalled rank named: docs/hangs.md
 ]
 visualizer = dict(vis_backends=[  # TensorBoard: the `demo` extra has it
     dict(type='LocalVisBackend'),
