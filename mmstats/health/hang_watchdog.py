@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 from mmengine.dist import broadcast_object_list
 from mmengine.logging import MMLogger, print_log
@@ -37,9 +37,20 @@ class StoreChannel:
     under ``prefix`` (one per run): ``<prefix>/rank<r>`` (a
     :class:`~.hangs.RankRecord`), ``<prefix>/verdict`` (rank 0's) and
     ``<prefix>/exited`` (a counter). A key is read only once it exists
-    (``store.get`` would wait for it)."""
+    (``store.get`` would wait for it).
 
-    def __init__(self, store, prefix: str, world_size: int) -> None:
+    Example:
+        >>> from datetime import timedelta
+        >>> import torch.distributed as dist
+        >>> store = dist.HashStore()
+        >>> store.set_timeout(timedelta(seconds=1))
+        >>> channel = StoreChannel(store, 'run', world_size=2)
+        >>> channel.write(1, 'record of rank 1')
+        >>> channel.read_all(), channel.verdict()
+        ({1: 'record of rank 1'}, None)
+    """
+
+    def __init__(self, store: Any, prefix: str, world_size: int) -> None:
         self.store = store
         self.prefix = prefix
         self.world_size = world_size
@@ -90,7 +101,14 @@ class StoreChannel:
 
 
 class LocalChannel:
-    """The channel of a run without a process group (one rank)."""
+    """The channel of a run without a process group (one rank).
+
+    Example:
+        >>> channel = LocalChannel()
+        >>> channel.write(0, 'record')
+        >>> channel.read_all()
+        {0: 'record'}
+    """
 
     def __init__(self) -> None:
         self.keys: Dict[str, str] = {}
@@ -115,12 +133,18 @@ class LocalChannel:
         return 0
 
 
-def build_channel(world_size: int):
+def build_channel(world_size: int
+                  ) -> Union[None, 'StoreChannel', 'LocalChannel']:
     """A :class:`StoreChannel` over the default process group's store, a
     :class:`LocalChannel` for one process, None where ranks have no store
     to meet in. Every rank must call it (from its main thread): the keys'
     prefix is rank 0's random name, broadcast (one small collective, once
-    a run), so runs in one process group never read each other's keys."""
+    a run), so runs in one process group never read each other's keys.
+
+    Example:
+        >>> type(build_channel(world_size=1)).__name__
+        'LocalChannel'
+    """
     if world_size == 1:
         return LocalChannel()
     store = default_store()
@@ -173,7 +197,7 @@ class HangWatchdog:
     def __init__(self,
                  config: HangConfig,
                  progress: Progress,
-                 channel,
+                 channel: Union['StoreChannel', 'LocalChannel'],
                  rank: int,
                  world_size: int,
                  work_dir: str,

@@ -12,7 +12,8 @@ import math
 import os.path as osp
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import (Any, Callable, Dict, List, Mapping, NamedTuple, Optional,
+                    Tuple, Union)
 
 from mmstats.utils.args import check_choice, check_real
 
@@ -172,7 +173,9 @@ class Progress:
     """
     __slots__ = ('state', 'completed', 'longest', '_clock', '_timeout_of')
 
-    def __init__(self, timeout_of=None, clock=time.time) -> None:
+    def __init__(self,
+                 timeout_of: Optional[Callable] = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._timeout_of = timeout_of
         #: (phase, detail) -> times completed, and the longest duration
@@ -217,7 +220,16 @@ class Progress:
 
 class RankRecord(NamedTuple):
     """What a rank publishes: its progress, the timeout of its phase,
-    where it runs."""
+    where it runs.
+
+    Example:
+        >>> record = RankRecord(1, 7, 3, 'hook', 'MyHook.after_train_iter',
+        ...                     100., 300., 'node3', 42)
+        >>> record.where()
+        'phase hook (MyHook.after_train_iter) of iteration 7'
+        >>> RankRecord.from_text(record.to_text()) == record
+        True
+    """
     rank: int
     iteration: int
     seq: int
@@ -252,7 +264,13 @@ class RankRecord(NamedTuple):
 
 class Stall(NamedTuple):
     """The ranks behind all others and over their timeout, and the ranks
-    waiting for them."""
+    waiting for them.
+
+    Example:
+        >>> stalled = RankRecord(1, 7, 0, 'data', '', 0., 9., 'h', 2)
+        >>> Stall([stalled], []).key
+        ((1, (7, 0)),)
+    """
     stalled: List[RankRecord]
     waiting: List[RankRecord]
 
@@ -301,7 +319,12 @@ def find_stall(records: Mapping[int, RankRecord],
 
 def dump_path(work_dir: str, rank: int, number: int) -> str:
     """Where rank ``rank`` writes its Python stacks for the run's stall
-    ``number``: ``<work_dir>/hangs/rank<rank>-<number>.txt``."""
+    ``number``: ``<work_dir>/hangs/rank<rank>-<number>.txt``.
+
+    Example:
+        >>> dump_path('work', 3, 1)
+        'work/hangs/rank3-1.txt'
+    """
     return osp.join(work_dir, 'hangs', f'rank{rank}-{number}.txt')
 
 

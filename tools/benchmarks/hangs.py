@@ -209,8 +209,10 @@ def main() -> None:
 
     interval = 0.25
     per_minute = 60 / DEFAULT_INTERVAL
+    rank0 = []
     for world_size in (2, 4, 8):
         results = _traffic(world_size, args.seconds, interval)
+        rank0.append((world_size, results[0][2]))  # bytes per look
         for rank, calls, size in (results[0], results[-1]):
             ops = sum(calls.values())
             kinds = ', '.join(f'{k} {v:.2f}' for k, v in sorted(calls.items()))
@@ -218,11 +220,15 @@ def main() -> None:
                   f'per look ({kinds}), {size:.0f} B per look; at interval '
                   f'5 s: {ops * per_minute:.0f} calls, '
                   f'{size * per_minute / 1024:.1f} KiB per minute')
-    print('1,000 ranks by the same arithmetic: every rank 2 calls per look '
-          '(its record, the verdict) = 24 calls, ~3 KiB per minute; rank 0 '
-          '1 multi_get of 1,000 records (~110 B each) per look = 12 '
-          'calls, ~1.3 MiB per minute; the store serves ~24,000 calls '
-          'per minute in all')
+    # rank 0's bytes grow by one record per rank; the others' stay
+    (small, low), (large, high) = rank0[0], rank0[-1]
+    per_rank = (high - low) / (large - small)
+    at_1000 = low + (1000 - small) * per_rank
+    print(f'1,000 ranks by the same arithmetic: rank 0 reads '
+          f'{per_rank:.0f} B more per rank and look: {at_1000 / 1024:.0f} '
+          f'KiB per look, {at_1000 * per_minute / 2**20:.2f} MiB per '
+          f'minute in {per_minute:.0f} multi_gets; every other rank as at 8 '
+          f'ranks; the store ~{1000 * 2 * per_minute:.0f} calls per minute')
 
 
 if __name__ == '__main__':
