@@ -222,7 +222,11 @@ class HangWatchHook(Hook):
             try:
                 getattr(hook, fn_name)(runner, **kwargs)
             except TypeError as e:
+                self._finish(runner)  # the run fails: stop watching it
                 raise TypeError(f'{e} in {hook}') from None
+            except BaseException:
+                self._finish(runner)
+                raise
         if self._runner is None:  # after_run ended the watch
             return
         if fn_name == 'after_train_iter':

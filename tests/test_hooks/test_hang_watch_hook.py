@@ -119,7 +119,7 @@ def test_four_ranks_each_stall_is_named_and_nothing_else(tmp_path):
 
 def _exit_config(tmp_path) -> str:
     """The toy run as a config file: rank 1 stalls for good in forward 6
-    (epoch 2 of 4 iterations); 'exit'; gloo's timeout 60 s."""
+    (epoch 2 of 4 iterations); 'exit'; gloo's timeout 120 s."""
     work_dir = str(tmp_path / 'work')
     cfg = _plan_cfg(work_dir, 2, on_hang='exit', timeout=1.5)
     cfg.model.update(
@@ -128,7 +128,7 @@ def _exit_config(tmp_path) -> str:
     cfg.custom_hooks = cfg.custom_hooks[:1]
     cfg.custom_imports = dict(
         imports=['tests.helpers.hangs'], allow_failed_imports=False)
-    cfg.env_cfg.dist_cfg.timeout = 60
+    cfg.env_cfg.dist_cfg.timeout = 120
     cfg.pop('experiment_name')
     path = str(tmp_path / 'hang_exit.py')
     cfg.dump(path)
@@ -138,17 +138,16 @@ def _exit_config(tmp_path) -> str:
 def test_exit_ends_the_launch_and_resume_continues(tmp_path):
     """2 processes through tools/dist_train.sh: rank 1 never leaves
     iteration 6's forward; with on_hang='exit' both ranks exit with status
-    114 long before gloo's 60 s timeout (torchrun names it), the line names
-    rank 1; ``--resume`` then trains epoch 2 from epoch 1's checkpoint."""
+    114, which only the watch gives (gloo's timeout, 120 s here, would end
+    them with an error: status 1), torchrun names it, the line names rank
+    1; ``--resume`` then trains epoch 2 from epoch 1's checkpoint. No wall
+    time is asserted: the verdict does not depend on the machine's load."""
     config = _exit_config(tmp_path)
     work_dir = str(tmp_path / 'work')
-    started = time.time()
     result = launch('dist_train.sh', [config, '2', '--work-dir', work_dir])
-    seconds = time.time() - started
     text = result.stdout + result.stderr
     assert result.returncode != 0, text[-3000:]
     assert 'exitcode  : 114' in text, text[-3000:]
-    assert seconds < 60, seconds  # gloo's timeout would say otherwise
     log = open(glob.glob(osp.join(work_dir, '*', '*.log'))[0]).read()
     lines = [line for line in log.splitlines() if ' - ERROR - ' in line]
     assert len(lines) == 1, lines
@@ -156,7 +155,8 @@ def test_exit_ends_the_launch_and_resume_continues(tmp_path):
     assert 'phase forward of iteration 6' in lines[0]
     assert "on_hang='exit': every rank exits with status 114" in lines[0]
     assert osp.exists(osp.join(work_dir, 'hangs', 'rank1-1.txt'))
-    assert 'Epoch(train) [2]' not in log or 'Saving checkpoint at 2' not in log
+    assert 'Saving checkpoint at 1 epochs' in log
+    assert 'Saving checkpoint at 2 epochs' not in log
 
     resumed = launch('dist_train.sh', [
         config, '2', '--work-dir', work_dir, '--resume', '--cfg-options',
