@@ -102,6 +102,10 @@ def test_four_ranks_each_stall_is_named_and_nothing_else(tmp_path):
     for line, (rank, where, frame) in zip(lines, expected):
         assert f'Hang: rank {rank} (host ' in line, line
         assert f') has been in {where} for ' in line, line
+        # within the bound: the timeout and 3 looks, with a generous margin
+        since, timeout = re.search(r'for (\d+) s \(timeout (\d+) s\)',
+                                   line).groups()
+        assert int(since) <= int(timeout) + 3 * 0.25 + 10, line
         assert '3 of 4 ranks wait for it' in line, line
         path = osp.join(work_dir, 'hangs', f'rank{rank}-')
         assert f'Python stacks in {path}' in line, line
