@@ -11,7 +11,7 @@ from mmengine.logging import print_log
 from mmstats.health.hang_watchdog import HangWatchdog, build_channel
 from mmstats.health.hangs import HangConfig, Progress
 from mmstats.registry import HOOKS
-from mmstats.utils.args import check_keywords
+from mmstats.utils.args import check_keywords, refuse_second_instance
 from mmstats.utils.torch_compat import register_step_hooks
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
@@ -119,6 +119,7 @@ class HangWatchHook(Hook):
 
     def before_run(self, runner: Runner) -> None:
         """Start recording and watching (rank 0 reports)."""
+        refuse_second_instance('HangWatchHook', runner.hooks, HangWatchHook)
         self._finish(runner)  # a previous run of this hook object
         if not self.config.enabled:
             return

@@ -87,6 +87,16 @@ def test_the_stalled_are_behind_and_over_their_timeout():
     assert find_stall({0: rec(0, 1, 1, 0., timeout=None)}, 1e9) is None
 
 
+def test_a_second_watch_is_refused():
+    """Two watches would both replace the runner's call_hook."""
+    from types import SimpleNamespace
+
+    from mmstats.hooks import HangWatchHook
+    hooks = [HangWatchHook(), HangWatchHook()]
+    with pytest.raises(RuntimeError, match='HangWatchHook: 2 instances'):
+        hooks[0].before_run(SimpleNamespace(hooks=hooks))
+
+
 def test_records_survive_the_store():
     record = rec(3, 7, 2, 1.5)
     assert RankRecord.from_text(record.to_text().encode()) == record
