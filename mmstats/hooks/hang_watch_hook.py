@@ -158,7 +158,7 @@ class HangWatchHook(Hook):
         def step(*args, **kwargs) -> None:
             progress.enter('optimizer_step')
 
-        if runner.cfg.get('compile'):  # no graph break, no recompile
+        if runner.cfg.get('compile'):  # run eagerly, never traced
             import torch
             forward, backward, step = (
                 torch.compiler.disable(f) for f in (forward, backward, step))
