@@ -24,7 +24,8 @@ from torch import nn
 
 from mmstats.health import NonfiniteWatch
 from mmstats.module_stats import (ActivationProbes, ModuleNorms, StepProbe,
-                                  build_step_probes, in_backward, line_summary,
+                                  build_step_probes, in_backward,
+                                  largest_update_ratio, line_summary,
                                   single_value_kind)
 from mmstats.publish import (PublicationSchedule, last_step_before_publication,
                              refuse_unchecked_strategy)
@@ -93,8 +94,9 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
     (``<prefix>/<name>/grad_norm/mean``, no ``std``/``min``/``max``);
     ``instrument_ms`` keeps its spread over ranks where there are several.
     LoggerHook's line shows a summary: ``<prefix>/total_grad_norm`` and the
-    largest update ratio as ``<prefix>/max_update_ratio@<module>``
-    (:func:`mmstats.module_stats.line_summary`); everything else goes to
+    largest update ratio as ``<prefix>/max_update_ratio`` (one key all
+    run; an INFO line names its module when another module takes the
+    lead: :func:`mmstats.module_stats.line_summary`); everything else to
     ``scalars.json`` and TensorBoard (``docs/logging.md``).
 
     Forward hooks and optimizer step hooks (one pair per optimizer, so an
@@ -194,6 +196,7 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
         self._publishes = False
         self._skipped = 0
         self._cost = 0.0
+        self._ratio_module: Optional[str] = None  # max_update_ratio's
 
     # -- setup -----------------------------------------------------------
     def before_run(self, runner: Runner) -> None:
@@ -227,6 +230,7 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
                 'probes are custom ops inside the compiled graph)')
         self.remove()  # a second runner.train()
         self._warned_unseen = set()
+        self._ratio_module = None
         model = unwrap_model(runner.model)
         self.targets = self._find_targets(model)
         self._warn_unmatched(model)
@@ -440,7 +444,15 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
 
     def line_summary(self, results: dict) -> Dict[str, float]:
         """The log line's summary of a publication: the total gradient
-        norm and the largest update ratio with its module."""
+        norm and the largest update ratio; its module said in a line of its
+        own when it changes (the key stays the same)."""
+        largest = largest_update_ratio(results, self.prefix)
+        if largest is not None and largest[0] != self._ratio_module:
+            print_log(
+                f'{self.prefix}/max_update_ratio: {largest[0]} from now on' +
+                (f' (was {self._ratio_module})' if self._ratio_module else ''),
+                logger='current')
+            self._ratio_module = largest[0]
         return line_summary(results, self.prefix)
 
     def single_value_kind(self, name: str) -> Optional[str]:

@@ -36,6 +36,7 @@ from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, parse_launch_args)
 from mmstats.tools.entry import console_main, logged_failure
 from mmstats.tools.launcher import build_runner
+from mmstats.tools.resume_check import ResumeScheduleCheck
 from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
                            finish_distributed, registered_name)
 
@@ -198,13 +199,15 @@ def train(cfg: Config) -> None:
 
     The runner gets mmstats' ``RandomStateHook`` (every rank's random
     generators saved with each checkpoint and restored at ``--resume``)
-    unless the config has it.
+    unless the config has it, and ``ResumeScheduleCheck`` (a resume whose
+    schedulers' ``end`` the checkpoint changes back warns once).
     """
     runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
     final_metrics = FinalMetricsHook()
     runner.register_hook(final_metrics)
     if not has_hook(cfg, 'RandomStateHook'):
         runner.register_hook(RandomStateHook(), priority='LOW')
+    runner.register_hook(ResumeScheduleCheck())  # a schedule kept: warned
     with logged_failure(runner):  # the reason in the run's .log
         runner.train()
     report(runner, final_metrics.metrics)
