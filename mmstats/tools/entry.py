@@ -20,7 +20,9 @@ look (the run's ``.log`` and torchrun's ``Root Cause``).
   line above, not a second traceback.
 
 ``MMSTATS_TRACEBACK=1`` prints the traceback on stderr too (a failure
-before the runner exists has no ``.log``).
+before the runner exists has no ``.log``). A console script puts the
+current directory first on ``sys.path``, as ``python -m`` does: a config's
+``custom_imports`` of a module beside it resolve the same either way.
 """
 import contextlib
 import logging
@@ -111,6 +113,8 @@ def console_main(main: Callable[[Optional[list]], Any],
         0
     """
     from torch.distributed.elastic.multiprocessing.errors import record
+    if '' not in sys.path and os.getcwd() not in sys.path:  # python -m's
+        sys.path.insert(0, os.getcwd())
     try:
         record(main)(argv)
     except SystemExit as exc:  # argparse's --help (0) and usage errors (2)
