@@ -311,6 +311,43 @@ BUGS = [
         '                for n in self._history):\n',
         ('tests/test_hooks/test_health_host_reads.py', )),
     Bug(
+        'NF5', 'the alarm never asked: a watched NaN reported at the next '
+        'publication', 'mmstats/hooks/stats_collector_hook.py',
+        'and self.health.flags_nonfinite and nonfinite_alarm(runner))',
+        'and self.health.flags_nonfinite and False)',
+        ('tests/test_hooks/test_nonfinite_origin.py', )),
+    Bug('NF6', "the alarm's flags not agreed across ranks",
+        'mmstats/health/alarm.py',
+        'dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=host_group())',
+        'pass', ('tests/test_health/test_alarm.py', )),
+    Bug('K1', 'the largest update ratio under a key naming its module',
+        'mmstats/module_stats/summary.py',
+        "summary[f'{head}max_update_ratio'] = largest[1]",
+        "summary[f'{head}max_update_ratio@{largest[0]}'] = largest[1]",
+        ('tests/test_hooks/test_what_a_person_reads.py', )),
+    Bug(
+        'RS1', 'a resumed launch duplicates the steps it shares with the '
+        'interrupted one', 'mmstats/analysis/runs.py',
+        'if s < first and (at is None or s <= at)',
+        'if s <= first and (at is None or s <= at)',
+        ('tests/test_tools/test_resumed_run.py', )),
+    Bug('RS2', "a work dir's figures of its newest launch only",
+        'mmstats/analysis/runs.py', '    return found\n',
+        '    return found[-1:]\n', ('tests/test_tools/test_resumed_run.py', )),
+    Bug('RC1', 'the resume check compares the wrong way round',
+        'mmstats/tools/resume_check.py',
+        'if end is None or was is None or end == was:',
+        'if end is None or was is None or end != was:',
+        ('tests/test_tools/test_resumed_run.py', )),
+    Bug('LF1', "a failed run's reason not written to its .log",
+        'mmstats/tools/entry.py', '                handler.handle(record)\n',
+        '                pass\n', ('tests/test_tools/test_resumed_run.py', )),
+    Bug(
+        'EX1', "a launcher's return value handed to sys.exit (mmstats-test "
+        'exits 1 after its evaluation)', 'mmstats/tools/entry.py',
+        '        record(main)(argv)\n', '        return record(main)(argv)\n',
+        ('tests/test_packaging.py', )),
+    Bug(
         'WG1', "the watch's gradient layout cached once, whatever "
         'gradients are missing', 'mmstats/module_stats/steps.py',
         'layout = self._watch_index.get(missing)',

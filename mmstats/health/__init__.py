@@ -10,9 +10,11 @@ far above its recent history), :mod:`.histograms` (merged quantile
 sketches as TensorBoard's and W&B's histograms), :mod:`.histogram_writer`
 (writing them with mmengine's TensorBoard and W&B backends),
 :mod:`.nonfinite` (where a NaN/inf started: device-side flags per module,
-gathered and described only when a publication found one).
+gathered and described only when a publication found one), :mod:`.alarm`
+(a NaN/inf flagged in one iteration, agreed by every rank at the next).
 ``docs/spikes_histograms.md``, ``docs/nonfinite.md``.
 """
+from .alarm import NonfiniteAlarm
 from .config import HealthConfig, fold_flat_health
 from .histogram_writer import histogram_writers, write_histograms
 from .histograms import (MAX_BUCKETS, Histogram, numpy_histogram,
@@ -26,7 +28,7 @@ from .spikes import (Spike, SpikeDetector, SpikeError, describe_spikes,
 __all__ = [
     'HealthConfig', 'HealthPolicy', 'fold_flat_health', 'histogram_writers',
     'write_histograms', 'MAX_BUCKETS', 'Histogram', 'sketch_histogram',
-    'numpy_histogram', 'NonfiniteWatch', 'rank_origin', 'gather_origins',
-    'describe_origins', 'nonfinite_message', 'Spike', 'SpikeDetector',
-    'SpikeError', 'describe_spikes', 'spike_message'
+    'numpy_histogram', 'NonfiniteWatch', 'NonfiniteAlarm', 'rank_origin',
+    'gather_origins', 'describe_origins', 'nonfinite_message', 'Spike',
+    'SpikeDetector', 'SpikeError', 'describe_spikes', 'spike_message'
 ]

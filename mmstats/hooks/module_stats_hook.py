@@ -22,7 +22,7 @@ from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 from torch import nn
 
-from mmstats.health import NonfiniteWatch
+from mmstats.health import NonfiniteAlarm, NonfiniteWatch
 from mmstats.module_stats import (ActivationProbes, ModuleNorms, StepProbe,
                                   build_step_probes, in_backward,
                                   largest_update_ratio, line_summary,
@@ -137,8 +137,10 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
             first moment, read after the step. Defaults to False.
         watch_nonfinite (bool): Check every iteration (not only the
             instrumented ones) which matched module first produced a
-            NaN/inf output or gradient: flags accumulate on the device and
-            are read only when a publication finds non-finite values
+            NaN/inf output or gradient: flags accumulate on the device;
+            a flag per iteration reaches the host one iteration later
+            (no sync), and StatsCollectorHook reports at the iteration
+            after the origin instead of its next publication
             (``docs/nonfinite.md``). Defaults to False.
 
     Example:
@@ -187,6 +189,7 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
         self._schedule: Optional[PublicationSchedule] = None
         self._acts: Optional[ActivationProbes] = None
         self._watch: Optional[NonfiniteWatch] = None
+        self._alarm: Optional[NonfiniteAlarm] = None  # watch_nonfinite's
         self._watched = False  # the watch saw this iteration
         self._reset_watch = False  # a publication was checked: new interval
         self._steps: List[StepProbe] = []
@@ -245,6 +248,7 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
                                   self.targets, self.prefix, self.stats)
         device = self._norms.device
         self._watch = NonfiniteWatch(list(self.targets), device)
+        self._alarm = NonfiniteAlarm() if self.watch_nonfinite else None
         if 'act' in self.stats or self.watch_nonfinite:
             self._acts = ActivationProbes(
                 self.targets,
@@ -414,7 +418,9 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
             self._cost += self._acts.cost
             self._acts.cost = 0.0
         if self._watched:
-            self._watch.end_iteration()
+            flag = self._watch.end_iteration(flag=self._alarm is not None)
+            if self._alarm is not None:
+                self._alarm.ring(flag)  # known one iteration later
         if not self._publishes:
             return
         self._reset_watch = True
@@ -441,6 +447,14 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
         if self._watch is None:
             return []
         return [dict(self._watch.take(), every_iteration=self.watch_nonfinite)]
+
+    def nonfinite_seen(self) -> bool:
+        """With ``watch_nonfinite``: whether some rank's watch flagged the
+        previous iteration (one 1-element all_reduce on the host group,
+        every rank together, once per iteration; no device sync). Asked
+        by StatsCollectorHook, which then publishes (and reports) at once
+        instead of at its next publication."""
+        return self._alarm is not None and self._alarm.fired()
 
     def line_summary(self, results: dict) -> Dict[str, float]:
         """The log line's summary of a publication: the total gradient

@@ -64,8 +64,8 @@ def parse_launch_args(parser: argparse.ArgumentParser,
 def load_config(args: argparse.Namespace) -> Config:
     """``args.config`` read (``mmstats::`` fragments resolve, without
     the ``pkg_resources`` deprecation warning mmengine's lookup causes),
-    with the launcher, ``--cfg-options`` and the work dir (``--work-dir``, else the
-    config's, else ``work_dirs/<config name>``) applied.
+    with the launcher, ``--cfg-options`` and the work dir (``--work-dir``,
+    else the config's, else ``work_dirs/<config name>``) applied.
 
     Example:
         .. code-block:: python
