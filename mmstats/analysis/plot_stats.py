@@ -30,8 +30,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mmstats.analysis.figures import (colorbar, one_value, panel_grid,  # noqa
-                                      save, title)
+from mmstats.analysis.figures import (colorbar, one_value, panel_grid, save,
+                                      title)
 from mmstats.analysis.plot_curves import work_dir_of
 from mmstats.analysis.runs import load_scalars  # noqa: F401
 from mmstats.analysis.runs import Series, load_run, mark_resumes, resumed_text
