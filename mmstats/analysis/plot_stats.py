@@ -281,8 +281,13 @@ def _heat_map(fig, ax, stat: str, what: str,
         cmap='viridis')
     ax.set_yticks(range(len(names)), names, fontsize='small')
     ax.set_ylabel('module')
-    # every k-th column, evenly (rounded linspace skipped labels unevenly)
-    ticks = np.arange(0, len(steps), max(1, -(-len(steps) // 8)))
+    # every k-th column, evenly (rounded linspace labelled uneven ones),
+    # and the last (the run's end), without one crowding it
+    stride = max(1, -(-len(steps) // 8))
+    ticks = [
+        t for t in range(0, len(steps), stride)
+        if len(steps) - 1 - t >= stride / 2
+    ] + [len(steps) - 1]
     ax.set_xticks(ticks, [f'{steps[int(t)]:g}' for t in ticks])
     ax.set_xlabel(x_label)
     only = one_value(finite)
