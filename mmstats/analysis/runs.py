@@ -43,6 +43,7 @@ __all__ = [
 
 Series = Dict[str, Tuple[List[float], List[float]]]
 RESUMED = re.compile(r'resumed epoch: (\d+), iter: (\d+)')
+TRAINING = re.compile(r' - (Epoch|Iter)\(train\) ')
 
 
 class Run(NamedTuple):
@@ -100,6 +101,8 @@ def resumed_iteration(scalars_path: str) -> Optional[int]:
                 found = RESUMED.search(line)
                 if found:
                     return int(found.group(2))
+                if TRAINING.search(line):  # said before training, or never
+                    break
     return None
 
 
