@@ -35,7 +35,7 @@ Example:
     >>> alarm.fired()  # iteration 2's flag
     True
 """
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -60,25 +60,33 @@ class NonfiniteAlarm:
         # and the one before it, which fired() reads
         self._new: Optional[Tuple[np.ndarray, Optional[object]]] = None
         self._ready: Optional[Tuple[np.ndarray, Optional[object]]] = None
+        self._pinned: List[torch.Tensor] = []  # two, used in turn (CUDA)
+        self._turn = 0
 
     def ring(self, flag: Optional[torch.Tensor]) -> None:
         """Take this iteration's 0-d flag (None: nothing watched) and start
-        its copy to the host; no sync."""
+        its copy to the host; no sync (on CUDA: into one of two pinned
+        buffers, used in turn, the other still holding the flag
+        :meth:`fired` reads)."""
         self._ready, self._new = self._new, None
         if flag is None:
             return
-        buffer = np.zeros(1, dtype=np.float32)
-        host = torch.from_numpy(buffer)  # the same memory
-        event = None
-        if flag.is_cuda:
-            host = host.pin_memory()
-            buffer = host.numpy()
-            host.copy_(flag.reshape(1), non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-        else:
-            host.copy_(flag.reshape(1))
-        self._new = (buffer, event)
+        if not flag.is_cuda:  # a copy into numpy's memory: no read
+            buffer = np.zeros(1, dtype=np.float32)
+            torch.from_numpy(buffer).copy_(flag.detach().reshape(1))
+            self._new = (buffer, None)
+            return
+        if not self._pinned:
+            self._pinned = [
+                torch.zeros(1, dtype=torch.float32).pin_memory()
+                for _ in range(2)
+            ]
+        self._turn ^= 1
+        host = self._pinned[self._turn]
+        host.copy_(flag.detach().reshape(1), non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._new = (host.numpy(), event)
 
     def fired(self) -> bool:
         """Whether some rank flagged the iteration before the newest
