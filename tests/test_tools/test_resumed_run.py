@@ -202,6 +202,9 @@ def test_every_figure_covers_the_whole_run(run, capsys):
                                           ['stats/model/feat_norm/hist'], '',
                                           resumed),
     ]
+    for ax in figures[0].axes:  # curves.png: whole epochs, iterations
+        ticks = ax.get_xticks()
+        assert all(float(t).is_integer() for t in ticks), ticks
     for fig in figures:
         assert 'resumed at iteration 20' in suptitle(fig)
         ranges = _ranges(fig)
