@@ -11,8 +11,9 @@ import. Extras: ``mminstall`` (mmengine) and ``torch`` for a fresh
 environment, as OpenMMLab's own packages do; ``demo`` (projects/digits_demo,
 the plots and TensorBoard), ``deepspeed`` (DeepSpeedStrategy), ``tests``,
 ``lint``, ``docs``, ``benchmarks``. The wheel carries the config fragments
-(``mmstats::_base_/...``) and the launchers (``mmstats-train``,
-``mmstats-test``).
+(``mmstats::_base_/...``), the launchers (``mmstats-train``,
+``mmstats-test``), the figures (``mmstats-plot``, matplotlib from the
+``demo`` extra) and the checkpoint converter (``mmstats-consolidate``).
 """
 import os
 
@@ -58,8 +59,10 @@ setup(
         ['.mim/model-index.yml', '.mim/configs/*/*/*.py', '.mim/configs/*.md']
     },
     entry_points=dict(console_scripts=[
-        'mmstats-train = mmstats.tools.train:main',
-        'mmstats-test = mmstats.tools.test:main',
+        'mmstats-train = mmstats.tools.train:cli',
+        'mmstats-test = mmstats.tools.test:cli',
+        'mmstats-plot = mmstats.tools.plot:cli',
+        'mmstats-consolidate = mmstats.tools.consolidate:cli',
     ]),
     install_requires=read_requirements('runtime.txt'),
     extras_require=dict(

@@ -30,13 +30,19 @@ def _plural(count: int, noun: str) -> str:
     return f'{count} {noun}' if count == 1 else f'{count} {noun}s'
 
 
-def _deepspeed_stage(model: Any) -> Optional[int]:
+def _deepspeed_stage(model: Any) -> Optional[str]:
     """The ZeRO stage of a DeepSpeed engine, or of mmengine's wrapper of
-    one (``MMDeepSpeedEngineWrapper.model``); None for anything else."""
+    one (``MMDeepSpeedEngineWrapper.model``); None for anything else. An
+    engine without an optimizer evaluates: mmstats' DeepSpeedStrategy
+    builds it at stage 0 whatever stage the checkpoint was trained with
+    (every rank holds the whole weights), which it says."""
     for candidate in (model, getattr(model, 'model', None)):
         stage = getattr(candidate, 'zero_optimization_stage', None)
         if callable(stage):
-            return int(stage())
+            stage = int(stage())
+            if stage == 0 and getattr(candidate, 'optimizer', 0) is None:
+                return '0, evaluation: whole weights on every rank'
+            return str(stage)
     return None
 
 
@@ -72,7 +78,10 @@ def describe_model(model: Any) -> Optional[str]:
     """The strategy a wrapped model trains with and what it shards, or
     None for a model that no wrapper holds.
 
-    - DeepSpeed: ``DeepSpeed ZeRO-<stage>`` (the engine's own stage);
+    - DeepSpeed: ``DeepSpeed ZeRO-<stage>`` (the engine's own stage; an
+      evaluation's engine, which has no optimizer, is built at stage 0
+      whatever the checkpoint's stage: ``DeepSpeed ZeRO-0, evaluation:
+      whole weights on every rank``);
     - FSDP1: ``FSDP1 (<outer class>, <N> units)``, every
       ``FullyShardedDataParallel`` instance counted (the root too), and
       the sharding strategy where it is not ``FULL_SHARD``;

@@ -142,7 +142,10 @@ _loader = dict(
     dataset=dict(type='ToyDataset', num_samples=32))
 train_dataloader = _loader
 val_dataloader = _loader
+test_dataloader = _loader
 val_evaluator = dict(type='ToyAccuracy')
+test_evaluator = val_evaluator
+test_cfg = dict()
 optim_wrapper = dict(optimizer=dict(type='SGD', lr=0.1))
 train_cfg = dict(by_epoch=True, max_epochs=1, val_interval=1)
 val_cfg = dict()
@@ -254,22 +257,47 @@ def test_wheel_installs_and_trains_outside_the_checkout(tmp_path):
             in result['hooks'])
     assert 'train/loss/mean' in result['keys']  # the text line's key
 
-    # the installed launcher and fragments: `mmstats::` resolves to the
-    # wheel's copy, the DDP fragment's FlexibleRunner trains on one process
+    # the installed launchers as users call them, on a real config and
+    # checkpoint: `mmstats::` resolves to the wheel's fragments (the DDP
+    # fragment's FlexibleRunner trains on one process, without the
+    # pkg_resources warning); exit status 0, or 1 and one line
     (run_dir / 'ddp.py').write_text(
         "_base_ = ['config.py', 'mmstats::_base_/strategies/ddp.py']\n")
-    for command in ([str(venv / 'bin' / 'mmstats-train'), '--help'],
-                    [python, '-m', 'mmstats.tools.train', 'ddp.py']):
-        launched = subprocess.run(
+    bin_dir = venv / 'bin'
+
+    def launch(*command):
+        return subprocess.run(
             command,
             capture_output=True,
             text=True,
             cwd=str(run_dir),
             env=dict(env, OMP_NUM_THREADS='1'))
-        assert launched.returncode == 0, (command, launched.stdout[-3000:] +
-                                          launched.stderr[-5000:])
-    assert 'FlexibleRunner' in launched.stdout + launched.stderr
-    assert re.search(r'^checkpoints: .*work', launched.stdout, re.M)
+
+    trained = launch(str(bin_dir / 'mmstats-train'), 'ddp.py')
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr
+    assert 'FlexibleRunner' in trained.stdout + trained.stderr
+    assert 'pkg_resources' not in trained.stdout + trained.stderr
+    assert re.search(r'^checkpoints: .*work', trained.stdout, re.M)
+    # the curves of the run and the command that draws every figure
+    assert re.search(
+        r'^plots: +\S+/curves\.png \(every figure: '
+        r'mmstats-plot \S+/work\)$', trained.stdout, re.M)
+    checkpoint = str(run_dir / 'work' / 'epoch_1.pth')
+    tested = launch(str(bin_dir / 'mmstats-test'), 'config.py', checkpoint)
+    assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr
+    assert re.search(r'^test: accuracy=\d', tested.stdout, re.M)
+    failed = launch(python, '-m', 'mmstats.tools.test', 'config.py',
+                    'missing.pth')
+    assert failed.returncode == 1
+    assert failed.stderr.strip().splitlines() == [
+        "mmstats-test: error: FileNotFoundError: checkpoint 'missing.pth' "
+        'does not exist'
+    ], failed.stderr
+    # the figures and the converter are the wheel's too (mmstats-plot runs
+    # in tests/test_tools/test_resumed_run.py)
+    for script in ('mmstats-plot', 'mmstats-consolidate'):
+        assert osp.isfile(bin_dir / script), script
+    assert osp.isfile(osp.join(site, 'mmstats', 'analysis', 'runs.py'))
     fragment = osp.join(site, 'mmstats', '.mim', 'configs', '_base_',
                         'strategies', 'ddp.py')
     assert osp.isfile(fragment) and not osp.islink(fragment)

@@ -89,3 +89,17 @@ def test_two_processes(tmp_path, strategy):
     assert logged0 == [EXPECTED[strategy]]  # exactly once, rank 0's log
     assert logged1 == []  # rank 1 writes no log file
     assert line0 == line1 == EXPECTED[strategy]
+
+
+def test_an_evaluation_engine_says_its_stage_zero_is_the_evaluation():
+    """mmstats.DeepSpeedStrategy evaluates a ZeRO-3 checkpoint with a
+    stage-0 engine without an optimizer: said so, not a bare ZeRO-0."""
+    from types import SimpleNamespace
+
+    from mmstats.run_description import describe_model
+    engine = SimpleNamespace(zero_optimization_stage=lambda: 0, optimizer=None)
+    wrapper = SimpleNamespace(model=engine)  # MMDeepSpeedEngineWrapper
+    assert describe_model(wrapper) == (
+        'DeepSpeed ZeRO-0, evaluation: whole weights on every rank')
+    engine.zero_optimization_stage, engine.optimizer = lambda: 3, object()
+    assert describe_model(wrapper) == 'DeepSpeed ZeRO-3'

@@ -10,12 +10,14 @@ far above its recent history), :mod:`.histograms` (merged quantile
 sketches as TensorBoard's and W&B's histograms), :mod:`.histogram_writer`
 (writing them with mmengine's TensorBoard and W&B backends),
 :mod:`.nonfinite` (where a NaN/inf started: device-side flags per module,
-gathered and described only when a publication found one), :mod:`.hangs`
-(each rank's progress, the stall rule, the hang line) and
+gathered and described only when a publication found one), :mod:`.alarm`
+(a NaN/inf flagged in one iteration, agreed by every rank at the next),
+:mod:`.hangs` (each rank's progress, the stall rule, the hang line) and
 :mod:`.hang_watchdog` (the thread that watches, over the process group's
 store).
 ``docs/spikes_histograms.md``, ``docs/nonfinite.md``, ``docs/hangs.md``.
 """
+from .alarm import NonfiniteAlarm
 from .config import HealthConfig, fold_flat_health
 from .hang_watchdog import HangWatchdog, build_channel
 from .hangs import (HANG_EXIT_CODE, HangConfig, Progress, RankRecord, Stall,
@@ -32,9 +34,9 @@ from .spikes import (Spike, SpikeDetector, SpikeError, describe_spikes,
 __all__ = [
     'HealthConfig', 'HealthPolicy', 'fold_flat_health', 'histogram_writers',
     'write_histograms', 'MAX_BUCKETS', 'Histogram', 'sketch_histogram',
-    'numpy_histogram', 'NonfiniteWatch', 'rank_origin', 'gather_origins',
-    'describe_origins', 'nonfinite_message', 'Spike', 'SpikeDetector',
-    'SpikeError', 'describe_spikes', 'spike_message', 'HangConfig',
-    'HANG_EXIT_CODE', 'Progress', 'RankRecord', 'Stall', 'find_stall',
-    'hang_message', 'HangWatchdog', 'build_channel'
+    'numpy_histogram', 'NonfiniteWatch', 'NonfiniteAlarm', 'rank_origin',
+    'gather_origins', 'describe_origins', 'nonfinite_message', 'Spike',
+    'SpikeDetector', 'SpikeError', 'describe_spikes', 'spike_message',
+    'HangConfig', 'HANG_EXIT_CODE', 'Progress', 'RankRecord', 'Stall',
+    'find_stall', 'hang_message', 'HangWatchdog', 'build_channel'
 ]

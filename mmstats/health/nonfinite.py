@@ -125,15 +125,29 @@ class NonfiniteWatch:
         self._history.append((self.iteration, ('parts', id(rows), id(modules)),
                               values, (rows, modules)))
 
-    def end_iteration(self) -> None:
+    def end_iteration(self, flag: bool = False) -> Optional[torch.Tensor]:
         """Keep the iteration's output sums (no check yet, no device op:
-        the checks of up to ``FOLD_EVERY`` notes run batched)."""
+        the checks of up to ``FOLD_EVERY`` notes run batched). With
+        ``flag``: return a 0-d float device tensor, 1 where some note of
+        this iteration is non-finite (a few small device ops, no sync: for
+        :class:`~mmstats.health.alarm.NonfiniteAlarm`), None without
+        notes."""
         if self._sums:
             key = ('outputs', tuple(self._indices))
             self._history.append((self.iteration, key, self._sums, None))
         self._sums, self._indices = [], []
+        found = None
+        if flag:
+            notes = [n[2] for n in self._history if n[0] == self.iteration]
+            if notes:
+                finite = torch.stack([
+                    torch.isfinite(_stacked([note]).to(self.device)).all()
+                    for note in notes
+                ])
+                found = (~finite.all()).float()
         if len(self._history) >= FOLD_EVERY:
             self._fold()
+        return found
 
     def _fold(self) -> None:
         """Stamp the notes kept so far into :attr:`first`: per kind of

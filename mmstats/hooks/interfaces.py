@@ -23,8 +23,8 @@ if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
 
 __all__ = [
     'StatisticsPublisher', 'NonfiniteOriginSource', 'PublishedNames',
-    'find_publisher', 'nonfinite_origins', 'published_names',
-    'single_value_kind'
+    'find_publisher', 'nonfinite_origins', 'nonfinite_alarm',
+    'published_names', 'single_value_kind'
 ]
 
 
@@ -63,6 +63,13 @@ class NonfiniteOriginSource:
         Called on every rank together, only when a publication found
         NaN/inf values; may read device flags (a host sync)."""
         raise NotImplementedError
+
+    def nonfinite_seen(self) -> bool:
+        """Whether some rank's watch flagged the previous iteration (the
+        same answer on every rank). Asked on every rank together, once
+        per training iteration; False where the source does not watch
+        every iteration."""
+        return False
 
 
 class PublishedNames:
@@ -122,6 +129,26 @@ def nonfinite_origins(runner: Runner) -> List[dict]:
         if isinstance(hook, NonfiniteOriginSource)
         for origin in hook.nonfinite_origin()
     ]
+
+
+def nonfinite_alarm(runner: Runner) -> bool:
+    """Whether a :class:`NonfiniteOriginSource` among the Runner's hooks
+    saw a NaN/inf in the previous iteration (every source asked: each may
+    run a collective).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> class Source(NonfiniteOriginSource):
+        ...     def nonfinite_seen(self):
+        ...         return True
+        >>> nonfinite_alarm(SimpleNamespace(hooks=[Source(), object()]))
+        True
+    """
+    seen = [
+        hook.nonfinite_seen() for hook in getattr(runner, 'hooks', ())
+        if isinstance(hook, NonfiniteOriginSource)
+    ]
+    return any(seen)
 
 
 def published_names(runner: Runner) -> List[PublishedNames]:

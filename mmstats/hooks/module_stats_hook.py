@@ -22,9 +22,10 @@ from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 from torch import nn
 
-from mmstats.health import NonfiniteWatch
+from mmstats.health import NonfiniteAlarm, NonfiniteWatch
 from mmstats.module_stats import (ActivationProbes, ModuleNorms, StepProbe,
-                                  build_step_probes, in_backward, line_summary,
+                                  build_step_probes, in_backward,
+                                  largest_update_ratio, line_summary,
                                   single_value_kind)
 from mmstats.publish import (PublicationSchedule, last_step_before_publication,
                              refuse_unchecked_strategy)
@@ -93,8 +94,9 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
     (``<prefix>/<name>/grad_norm/mean``, no ``std``/``min``/``max``);
     ``instrument_ms`` keeps its spread over ranks where there are several.
     LoggerHook's line shows a summary: ``<prefix>/total_grad_norm`` and the
-    largest update ratio as ``<prefix>/max_update_ratio@<module>``
-    (:func:`mmstats.module_stats.line_summary`); everything else goes to
+    largest update ratio as ``<prefix>/max_update_ratio`` (one key all
+    run; an INFO line names its module when another module takes the
+    lead: :func:`mmstats.module_stats.line_summary`); everything else to
     ``scalars.json`` and TensorBoard (``docs/logging.md``).
 
     Forward hooks and optimizer step hooks (one pair per optimizer, so an
@@ -135,8 +137,10 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
             first moment, read after the step. Defaults to False.
         watch_nonfinite (bool): Check every iteration (not only the
             instrumented ones) which matched module first produced a
-            NaN/inf output or gradient: flags accumulate on the device and
-            are read only when a publication finds non-finite values
+            NaN/inf output or gradient: flags accumulate on the device;
+            a flag per iteration reaches the host one iteration later
+            (no sync), and StatsCollectorHook reports at the iteration
+            after the origin instead of its next publication
             (``docs/nonfinite.md``). Defaults to False.
 
     Example:
@@ -185,6 +189,7 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
         self._schedule: Optional[PublicationSchedule] = None
         self._acts: Optional[ActivationProbes] = None
         self._watch: Optional[NonfiniteWatch] = None
+        self._alarm: Optional[NonfiniteAlarm] = None  # watch_nonfinite's
         self._watched = False  # the watch saw this iteration
         self._reset_watch = False  # a publication was checked: new interval
         self._steps: List[StepProbe] = []
@@ -194,6 +199,7 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
         self._publishes = False
         self._skipped = 0
         self._cost = 0.0
+        self._ratio_module: Optional[str] = None  # max_update_ratio's
 
     # -- setup -----------------------------------------------------------
     def before_run(self, runner: Runner) -> None:
@@ -227,6 +233,7 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
                 'probes are custom ops inside the compiled graph)')
         self.remove()  # a second runner.train()
         self._warned_unseen = set()
+        self._ratio_module = None
         model = unwrap_model(runner.model)
         self.targets = self._find_targets(model)
         self._warn_unmatched(model)
@@ -241,6 +248,7 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
                                   self.targets, self.prefix, self.stats)
         device = self._norms.device
         self._watch = NonfiniteWatch(list(self.targets), device)
+        self._alarm = NonfiniteAlarm() if self.watch_nonfinite else None
         if 'act' in self.stats or self.watch_nonfinite:
             self._acts = ActivationProbes(
                 self.targets,
@@ -410,7 +418,9 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
             self._cost += self._acts.cost
             self._acts.cost = 0.0
         if self._watched:
-            self._watch.end_iteration()
+            flag = self._watch.end_iteration(flag=self._alarm is not None)
+            if self._alarm is not None:
+                self._alarm.ring(flag)  # known one iteration later
         if not self._publishes:
             return
         self._reset_watch = True
@@ -438,9 +448,25 @@ class ModuleStatsHook(Hook, NonfiniteOriginSource, PublishedNames):
             return []
         return [dict(self._watch.take(), every_iteration=self.watch_nonfinite)]
 
+    def nonfinite_seen(self) -> bool:
+        """With ``watch_nonfinite``: whether some rank's watch flagged the
+        previous iteration (one 1-element all_reduce on the host group,
+        every rank together, once per iteration; no device sync). Asked
+        by StatsCollectorHook, which then publishes (and reports) at once
+        instead of at its next publication."""
+        return self._alarm is not None and self._alarm.fired()
+
     def line_summary(self, results: dict) -> Dict[str, float]:
         """The log line's summary of a publication: the total gradient
-        norm and the largest update ratio with its module."""
+        norm and the largest update ratio; its module said in a line of its
+        own when it changes (the key stays the same)."""
+        largest = largest_update_ratio(results, self.prefix)
+        if largest is not None and largest[0] != self._ratio_module:
+            print_log(
+                f'{self.prefix}/max_update_ratio: {largest[0]} from now on' +
+                (f' (was {self._ratio_module})' if self._ratio_module else ''),
+                logger='current')
+            self._ratio_module = largest[0]
         return line_summary(results, self.prefix)
 
     def single_value_kind(self, name: str) -> Optional[str]:

@@ -22,8 +22,8 @@ from mmstats.stats import Collector, phase, report
 from mmstats.utils.args import (check_keywords, compile_regex,
                                 refuse_second_instance)
 from mmstats.utils.step_records import join_step_records
-from .interfaces import (StatisticsPublisher, nonfinite_origins,
-                         published_names, single_value_kind)
+from .interfaces import (StatisticsPublisher, nonfinite_alarm,
+                         nonfinite_origins, published_names, single_value_kind)
 from .stats_collector_args import (COLLECTABLE, accept_deprecated_keywords,
                                    check_collect, check_collector_args,
                                    optional_regex, quantile_levels)
@@ -204,6 +204,7 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         self.health.begin_run()  # a checkpoint's spike histories, or none
         self._time_sum = 0.0
         self._unpublished = 0  # training iterations since the publication
+        self._reported_nonfinite = False  # by the latest publication
         self._last_iter: Optional[int] = None  # the last one published
 
     def before_run(self, runner: Runner) -> None:
@@ -273,6 +274,8 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         it warn or raise on every rank together (``docs/nonfinite.md``)."""
         bad = self.health.nonfinite_counts(results)
         self._layout.nonfinite_names.update(bad)
+        if mode == 'train':
+            self._reported_nonfinite = self.health.reports_nonfinite(bad)
         if not self.health.reports_nonfinite(bad):
             return
         local = self._layout.local_names(  # this rank's counts
@@ -374,9 +377,17 @@ class StatsCollectorHook(Hook, StatisticsPublisher):
         if 'timing' in self.sources:
             self._time_sum += report_iteration_times(runner.message_hub)
         self._unpublished += 1
-        if self.by_epoch or not self.publishes_after(runner, batch_idx):
+        if self.by_epoch:
             return
-        logged = self.schedule.logs_after(runner, batch_idx)
+        scheduled = self.publishes_after(runner, batch_idx)
+        # a NaN/inf a watch flagged in the previous iteration: published
+        # (and reported) now, not at the next scheduled publication; not
+        # again until a publication found every value finite
+        early = (not scheduled and not self._reported_nonfinite
+                 and self.health.flags_nonfinite and nonfinite_alarm(runner))
+        if not (scheduled or early):
+            return
+        logged = scheduled and self.schedule.logs_after(runner, batch_idx)
         self._last_iter = runner.iter + 1  # the iteration that just ended
         text = self._publish(runner, 'train', logged, step=runner.iter + 1)
         self._unpublished = 0

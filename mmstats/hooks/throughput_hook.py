@@ -303,12 +303,14 @@ class ThroughputHook(Hook):
                 'per sample), or a tuple whose first field is one (see '
                 'mmstats.throughput.batch_rows)')
         if 'throughput/mfu' in missing:
+            # a CPU has no known peak: nothing asked for is missing there
             self._warn_once(
                 'peak', f'{OWNER}: mfu is not published: the peak '
                 f'FLOP/s of {self._device_name!r} for the number '
                 f'formats it ran ({sorted(self._flops.by_kind)}) is '
                 'not known on some rank; pass peak_flops=<FLOP/s of '
-                'one device>')
+                'one device>', logging.INFO
+                if self._device_name == 'cpu' else logging.WARNING)
 
     def _to_message_hub(self, runner: Runner, text: Dict[str, float]) -> None:
         """The text line's keys, latest value only; a key without a value
@@ -341,10 +343,13 @@ class ThroughputHook(Hook):
             f'torch.utils.flop_counter; GFLOP by format: {kinds or "none"})',
             'current')
 
-    def _warn_once(self, key: str, message: str) -> None:
+    def _warn_once(self,
+                   key: str,
+                   message: str,
+                   level: int = logging.WARNING) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            print_log(message, 'current', level=logging.WARNING)
+            print_log(message, 'current', level=level)
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:

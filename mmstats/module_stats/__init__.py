@@ -16,12 +16,13 @@ from .norms import ModuleNorms
 from .optimizer_state import (FIRST_MOMENTS, MOMENT_ROWS, SECOND_MOMENTS,
                               float64_dots, moment_norms, moment_sums)
 from .steps import StepProbe, build_step_probes, deepspeed_readable
-from .summary import PER_RANK, REPLICATED, line_summary, single_value_kind
+from .summary import (PER_RANK, REPLICATED, largest_update_ratio, line_summary,
+                      single_value_kind)
 
 __all__ = [
     'ActivationProbes', 'in_backward', 'floating_tensors', 'StepProbe',
     'build_step_probes', 'deepspeed_readable', 'ModuleNorms', 'FIRST_MOMENTS',
     'SECOND_MOMENTS', 'MOMENT_ROWS', 'float64_dots', 'moment_sums',
-    'moment_norms', 'line_summary', 'single_value_kind', 'REPLICATED',
-    'PER_RANK'
+    'moment_norms', 'line_summary', 'largest_update_ratio',
+    'single_value_kind', 'REPLICATED', 'PER_RANK'
 ]

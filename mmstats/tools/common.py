@@ -62,9 +62,10 @@ def parse_launch_args(parser: argparse.ArgumentParser,
 
 
 def load_config(args: argparse.Namespace) -> Config:
-    """``args.config`` read (``mmstats::`` fragments resolve), with the
-    launcher, ``--cfg-options`` and the work dir (``--work-dir``, else the
-    config's, else ``work_dirs/<config name>``) applied.
+    """``args.config`` read (``mmstats::`` fragments resolve, without
+    the ``pkg_resources`` deprecation warning mmengine's lookup causes),
+    with the launcher, ``--cfg-options`` and the work dir (``--work-dir``,
+    else the config's, else ``work_dirs/<config name>``) applied.
 
     Example:
         .. code-block:: python
@@ -72,7 +73,13 @@ def load_config(args: argparse.Namespace) -> Config:
             cfg = load_config(parse_launch_args(parser))
     """
     enable_config_scope()  # _base_ = ['mmstats::_base_/strategies/...']
-    cfg = Config.fromfile(args.config)
+    with warnings.catch_warnings():
+        # mmengine 0.10.7 resolves ``pkg::`` bases through pkg_resources,
+        # whose import warns (setuptools >= 67.5) on every rank: nothing
+        # the user can act on (docs/integrations.md)
+        warnings.filterwarnings(
+            'ignore', 'pkg_resources is deprecated', category=UserWarning)
+        cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)

@@ -26,6 +26,7 @@ from mmstats.strategies import (SCHEME, is_checkpoint_directory,
                                 register_consolidating_loader)
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, parse_launch_args)
+from mmstats.tools.entry import console_main, logged_failure
 from mmstats.tools.launcher import build_runner
 from mmstats.utils import (allow_mmengine_checkpoints, finish_distributed,
                            registered_name)
@@ -33,7 +34,7 @@ from mmstats.utils import (allow_mmengine_checkpoints, finish_distributed,
 #: the strategies that load a sharded checkpoint directory themselves
 READS_DIRECTORIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')
 
-__all__ = ['main']
+__all__ = ['main', 'cli']
 
 
 def loads_directories(cfg: Config) -> bool:
@@ -73,7 +74,8 @@ def build_config(args: argparse.Namespace) -> Config:
 def test(cfg: Config) -> dict:
     """Build the runner of ``cfg``, test, print the metrics on rank 0."""
     runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
-    metrics = runner.test()
+    with logged_failure(runner):  # the reason in the run's .log
+        metrics = runner.test()
     if is_main_process():
         print(
             'test: ' + ', '.join(f'{k}={v:.4f}' for k, v in metrics.items()
@@ -101,6 +103,17 @@ def main(argv: Optional[list] = None) -> dict:
     return metrics
 
 
+def cli(argv: Optional[list] = None) -> int:
+    """``mmstats-test``: :func:`main` with its exit status (0 after the
+    evaluation, 1 and one line on failure; ``mmstats.tools.entry``).
+
+    Example:
+        .. code-block:: shell
+
+            mmstats-test CONFIG CKPT && echo evaluated
+    """
+    return console_main(main, 'mmstats-test', argv)
+
+
 if __name__ == '__main__':
-    main()
-    sys.exit(0)
+    sys.exit(cli())

@@ -34,11 +34,13 @@ from mmengine.hooks import Hook
 from mmstats.hooks import RandomStateHook
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, parse_launch_args)
+from mmstats.tools.entry import console_main, logged_failure
 from mmstats.tools.launcher import build_runner
+from mmstats.tools.resume_check import ResumeScheduleCheck
 from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
                            finish_distributed, registered_name)
 
-__all__ = ['main']
+__all__ = ['main', 'cli']
 
 
 def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
@@ -149,15 +151,20 @@ class FinalMetricsHook(Hook):
         self.metrics = dict(metrics or {})
 
 
-def plot_curves(scalars: str) -> Optional[str]:
-    """The loss/accuracy PNG, or None without matplotlib (demo extra) or
-    outside a clone (``tools/analysis`` is the clone's)."""
+def plot_curves(work_dir: str) -> str:
+    """``curves.png`` of the whole run (every launch of ``work_dir``) and
+    how to draw every figure; without matplotlib (the ``demo`` extra), the
+    command that draws them once it is installed."""
+    command = f'mmstats-plot {work_dir}'
     try:
         import matplotlib  # noqa: F401
-        from analysis.plot_curves import plot_training_curves
     except ImportError:
-        return None
-    return plot_training_curves(scalars)
+        return (f"not drawn (no matplotlib: pip install 'mmengine-stats"
+                f"[demo]', then {command})")
+    from mmstats.analysis.plot_curves import plot_training_curves
+    path = plot_training_curves(work_dir)
+    return f'{path} (every figure: {command})' if path else (
+        f'nothing to draw yet ({command})')
 
 
 def report(runner: Any, metrics: dict) -> None:
@@ -174,7 +181,7 @@ def report(runner: Any, metrics: dict) -> None:
         f'logs:        {osp.join(runner.log_dir, runner.timestamp + ".log")}',
         f'scalars:     {scalars}',
         f'checkpoints: {osp.abspath(runner.work_dir)}',
-        f'plots:       {plot_curves(scalars)}',
+        f'plots:       {plot_curves(osp.abspath(runner.work_dir))}',
         '=' * 60,
     ]
     print('\n'.join(lines), flush=True)
@@ -192,14 +199,17 @@ def train(cfg: Config) -> None:
 
     The runner gets mmstats' ``RandomStateHook`` (every rank's random
     generators saved with each checkpoint and restored at ``--resume``)
-    unless the config has it.
+    unless the config has it, and ``ResumeScheduleCheck`` (a resume whose
+    schedulers' ``end`` the checkpoint changes back warns once).
     """
     runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
     final_metrics = FinalMetricsHook()
     runner.register_hook(final_metrics)
     if not has_hook(cfg, 'RandomStateHook'):
         runner.register_hook(RandomStateHook(), priority='LOW')
-    runner.train()
+    runner.register_hook(ResumeScheduleCheck())  # a schedule kept: warned
+    with logged_failure(runner):  # the reason in the run's .log
+        runner.train()
     report(runner, final_metrics.metrics)
 
 
@@ -224,11 +234,27 @@ def main(argv: Optional[list] = None) -> None:
         say(f'error: {exc}')
         if not is_first_process():  # torchrun ends the launch when one
             time.sleep(3)  # process exits: rank 0 says why first
-        sys.exit(1)
+        raise  # for torchrun's Root Cause (cli: exit status 1)
     # the runner is gone: its model wrapper's process groups die in
     # finish_distributed, not while the interpreter exits (an abort)
     finish_distributed()
 
 
+def cli(argv: Optional[list] = None) -> int:
+    """``mmstats-train``: :func:`main` with its exit status (0 after a
+    run, 1 and one line on failure; ``mmstats.tools.entry``).
+
+    Example:
+        .. code-block:: shell
+
+            mmstats-train CONFIG || echo "failed: see the run's .log"
+    """
+    return console_main(
+        main,
+        'mmstats-train',
+        argv,
+        quiet=lambda exc: isinstance(exc, LaunchRefused))
+
+
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(cli())

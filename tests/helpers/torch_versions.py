@@ -4,9 +4,20 @@ mmstats supports (``mmstats/utils/torch_compat.py``, ``docs/compat.md``).
 Each skip names the torch it needs and why, so the version matrix's
 table (``make test-matrix``) lists the reason beside the count.
 """
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from typing import Iterator
+
 import pytest
 
 from mmstats.utils.torch_compat import COMPILED_OPS, torch_at_least
+
+#: the two lines the linker writes when DeepSpeed's import probes its
+#: async-I/O op on a machine without libaio (nothing the suite uses)
+AIO_PROBE = re.compile(r'cannot find -laio|^collect2: error: ld returned')
 
 
 def needs_torch(version: str, why: str) -> pytest.MarkDecorator:
@@ -15,9 +26,34 @@ def needs_torch(version: str, why: str) -> pytest.MarkDecorator:
         not torch_at_least(version), reason=f'needs torch >= {version}: {why}')
 
 
+@contextlib.contextmanager
+def without_the_aio_probe() -> Iterator[None]:
+    """File descriptor 2 through a temporary file, passed on without the
+    linker's lines of DeepSpeed's libaio probe. ``import deepspeed`` links
+    a test program against libaio (``AsyncIOBuilder.is_compatible``);
+    DeepSpeed silences it by redirecting ``sys.stderr.fileno()``, which
+    under pytest's capture is not descriptor 2, so the linker's error
+    reached the terminal after pytest's summary of a green run."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            lines = caught.read().decode(errors='replace').splitlines(True)
+            kept = ''.join(ln for ln in lines if not AIO_PROBE.search(ln))
+            if kept:
+                sys.stderr.write(kept)
+
+
 def _deepspeed_imports() -> tuple:
     try:
-        import deepspeed  # noqa: F401
+        with without_the_aio_probe():
+            import deepspeed  # noqa: F401
     except Exception as exc:  # DeepSpeed raises ValueError on old torch
         return False, f'{type(exc).__name__}: {str(exc)[:80]}'
     return True, ''

@@ -146,6 +146,22 @@ def test_watch_finds_the_planted_nan(tmp_path, clean_mmengine, compile):
     assert '(watched every iteration)' in raised
 
 
+def test_watched_it_is_reported_at_the_iteration_after_its_origin(
+        tmp_path, clean_mmengine):
+    """Planted at iteration 4, the first of an interval (publications
+    after 3 and 6): watching every iteration, the run raises at the end
+    of iteration 5, not at the publication after 6; every rank's flag of
+    iteration 4 came to the host during iteration 5, without a sync."""
+    result = train(tmp_path, True, 4)
+    raised = result['raised']
+    assert raised and sorted(result['losses']) == [1, 2, 3, 4, 5]
+    assert ('non-finite values at iteration 5 (iterations 4-5 since the '
+            'previous publication') in raised
+    for part in expected([result], (4, 5)):
+        assert part in raised, (part, raised)
+    assert f"'{PLANTED}' at iteration 4 on rank 0" in raised
+
+
 def test_without_watch_the_instrumented_iteration_says_what_it_saw(
         tmp_path, clean_mmengine):
     """Planted at 5: the weights are NaN after its step, so the

@@ -21,19 +21,26 @@ def _worker(rank, world_size, work_dir, compile, watch=True, iteration=5):
         compile=compile)
 
 
-@pytest.mark.parametrize('compile', [False, True], ids=['eager', 'dynamo'])
-def test_two_ranks_raise_the_same_text(tmp_path, compile):
-    """Planted on rank 1 at iteration 5: its forward origin is rank 1's;
+@pytest.mark.parametrize(
+    'compile, iteration', [(False, 4), (True, 5)], ids=['eager', 'dynamo'])
+def test_two_ranks_raise_the_same_text(tmp_path, compile, iteration):
+    """Planted on rank 1 at ``iteration``: its forward origin is rank 1's;
     DDP spreads the NaN gradients to rank 0; both ranks raise the same
-    FloatingPointError at the same publication."""
-    ranks = run_distributed(_worker, 2, str(tmp_path), compile)
+    FloatingPointError together: at the end of the next iteration (the
+    flags of the watched iteration agreed by an all_reduce one iteration
+    later), which for 5 is the publication after 6 anyway."""
+    ranks = run_distributed(_worker, 2, str(tmp_path), compile, True,
+                            iteration)
     assert ranks[0]['raised'] is not None
     assert ranks[0]['raised'] == ranks[1]['raised']
     raised = ranks[0]['raised']
     for part in expected(ranks, (4, 5, 6)):
         assert part in raised, (part, raised)
-    assert f"output: '{PLANTED}' at iteration 5 on rank 1 ({HOST})" in raised
-    assert "(backward): 'head' at iteration 5 on ranks 0" in raised
+    assert (f'non-finite values at iteration {iteration + 1} (iterations '
+            f'4-{iteration + 1} since the previous publication') in raised
+    assert (f"output: '{PLANTED}' at iteration {iteration} on rank 1 "
+            f'({HOST})') in raised
+    assert f"(backward): 'head' at iteration {iteration} on ranks 0" in raised
 
 
 def test_two_ranks_name_only_the_rank_that_saw_it(tmp_path):

@@ -251,6 +251,10 @@ def test_a_refused_launch_says_why_once_before_training(tmp_path):
     assert text.count('tools/train.py: error: strategy=DDPStrategy') == 1
     assert "Use strategy=dict(type='mmstats.FSDP2Strategy'" in text
     assert 'Epoch(train)' not in text
+    # torchrun's Root Cause names it (torch's record on the entry point)
+    root_cause = text.split('Root Cause')[1]
+    assert 'error_file: <N/A>' not in root_cause
+    assert 'LaunchRefused: strategy=DDPStrategy' in root_cause
 
 
 def test_the_launcher_resolves_mmstats_fragments(tmp_path):

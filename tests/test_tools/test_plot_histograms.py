@@ -64,6 +64,12 @@ def test_one_share_everywhere_draws_no_colour_bar():
     assert spread_ax.get_title() == 'stats/a/hist (all ranks)'
     assert suptitle(fig) == 'histograms of StatsCollectorHook: x'
     drawn.assert_readable(fig)
+    # the min and max lines inside the axes, not on their edges (clipped)
+    for ax in (spread_ax, constant_ax):
+        low, high = ax.get_ylim()
+        for line in ax.get_lines():
+            assert low < min(line.get_ydata()) <= max(
+                line.get_ydata()) < high, (ax.get_title(), line.get_label())
 
 
 def test_draws_the_histograms_of_a_real_run(tmp_path, clean_mmengine, capsys):

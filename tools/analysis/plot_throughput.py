@@ -1,124 +1,13 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Plot what ThroughputHook published, from a run's scalars.json.
-
-    python tools/analysis/plot_throughput.py WORK_DIR [--out PNG]
-
-Writes ``WORK_DIR/<timestamp>/vis_data/throughput.png`` (beside the
-newest run's ``scalars.json``) and prints ``wrote PATH``: samples per
-second (and MFU where it was published, on its own axis) and the peak
-memory of every interval (CUDA allocated and reserved, or the CPU peak
-RSS), each point coloured by the rank that held the peak, with a colour
-bar where that rank changes; where one rank always held it (a one-rank
-run) the legend names it instead. The x axis is the iteration each
-publication ends at; each point covers the iterations since the previous
-one.
-"""
-import argparse
-import os.path as osp
+"""``python tools/analysis/plot_throughput.py`` runs
+:mod:`mmstats.analysis.plot_throughput`, which the wheel installs
+(``mmstats-plot WORK_DIR`` draws every figure). ``import plot_throughput``
+beside it gives the package's module."""
 import sys
-from typing import Optional
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from figures import colorbar, save, title  # noqa: E402
-from plot_curves import Series, load_scalars  # noqa: E402
-from plot_stats import find_scalars  # noqa: E402
-
-MEMORY = (('memory/max_allocated', 'CUDA allocated'),
-          ('memory/max_reserved', 'CUDA reserved'), ('memory/max_rss',
-                                                     'peak RSS (since start)'))
-
-
-def plot_throughput(scalars_path: str,
-                    out_path: Optional[str] = None) -> Optional[str]:
-    """Draw the PNG (default: ``throughput.png`` beside ``scalars_path``),
-    print ``wrote PATH``; returns its path, or None without
-    ThroughputHook's keys in ``scalars_path``."""
-    import matplotlib
-    matplotlib.use('Agg')
-    fig = throughput_figure(load_scalars(scalars_path), scalars_path)
-    if fig is None:
-        return None
-    return save(
-        fig, out_path or osp.join(osp.dirname(scalars_path), 'throughput.png'))
-
-
-def throughput_figure(series: Series, scalars_path: str = ''):
-    """The figure (None without ThroughputHook's keys in ``series``),
-    titled with the run of ``scalars_path``."""
-    if 'throughput/samples_per_s' not in series and not any(
-            key in series for key, _ in MEMORY):
-        return None
-    import matplotlib
-    import matplotlib.pyplot as plt
-    fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(8, 5.5), sharex=True, constrained_layout=True)
-    top.set_ylabel('samples / s (all ranks)')
-    if 'throughput/samples_per_s' in series:
-        steps, values = series['throughput/samples_per_s']
-        top.plot(steps, values, 'o-', color='C0', label='samples/s')
-        top.set_ylim(bottom=0)
-    if 'throughput/mfu' in series:
-        right = top.twinx()
-        steps, values = series['throughput/mfu']
-        right.plot(
-            steps, [100 * v for v in values], 's--', color='C3', label='MFU')
-        right.set_ylabel('MFU (%)', color='C3')
-        right.set_ylim(bottom=0)
-    top.set_title('throughput of each interval')
-    memory = [(i, key, label) for i, (key, label) in enumerate(MEMORY)
-              if key in series]
-    ranks_seen = sorted({
-        int(r)
-        for key, _ in MEMORY
-        for r in series.get(f'{key}_rank', ([], []))[1]
-    })
-    for i, key, label in memory:
-        steps, values = series[key]
-        ranks = series.get(f'{key}_rank', ([], []))[1]
-        if len(ranks_seen) == 1 and len(ranks) == len(values):
-            label += f' (peak on rank {ranks_seen[0]})'
-        bottom.plot(steps, values, '-', color=f'C{i + 1}', label=label)
-        if len(ranks_seen) > 1 and len(ranks) == len(values):
-            bottom.scatter(
-                steps,
-                values,
-                c=ranks,
-                cmap='viridis',
-                vmin=ranks_seen[0],
-                vmax=ranks_seen[-1],
-                zorder=3,
-                s=18)
-    mappable = matplotlib.cm.ScalarMappable(
-        norm=matplotlib.colors.Normalize(ranks_seen[0], ranks_seen[-1])
-        if ranks_seen else None,
-        cmap='viridis')
-    bar = colorbar(fig, mappable, bottom, 'rank holding the peak', ranks_seen)
-    if bar is not None:
-        bar.set_ticks(ranks_seen)
-    bottom.set_title('peak memory of each interval')
-    bottom.set_ylabel('peak memory (MiB, max over ranks)')
-    bottom.set_xlabel('iteration (the end of each interval)')
-    if memory:
-        bottom.legend(loc='lower right')
-    title(fig, 'throughput and peak memory', osp.dirname(scalars_path))
-    return fig
-
-
-def main(argv=None) -> str:
-    """Run the script; returns the path of ``throughput.png``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('work_dir', help='a work dir or a scalars.json')
-    parser.add_argument(
-        '--out',
-        default=None,
-        help="the PNG to write (default: throughput.png in the run's "
-        'vis_data)')
-    args = parser.parse_args(argv)
-    path = plot_throughput(find_scalars(args.work_dir), args.out)
-    if path is None:
-        sys.exit(f'no ThroughputHook keys in {args.work_dir}')
-    return path
-
+from mmstats.analysis import plot_throughput
 
 if __name__ == '__main__':
-    main()
+    plot_throughput.main()
+else:  # ``import plot_throughput`` beside it: the package's module itself
+    sys.modules[__name__] = plot_throughput

@@ -1,41 +1,14 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Turn a sharded run's checkpoint into one ordinary mmengine checkpoint.
+"""Turn a sharded run's checkpoint into one ordinary mmengine checkpoint:
+:mod:`mmstats.tools.consolidate`, which the wheel installs as
+``mmstats-consolidate``.
 
     python tools/model_converters/consolidate_checkpoint.py \\
         work_dirs/fsdp/epoch_2.pth work_dirs/fsdp/epoch_2_full.pth
-
-Reads a sharded directory of ``mmstats.FSDPStrategy`` / ``FSDP2Strategy``
-(``torch.distributed.checkpoint``), a DeepSpeed ZeRO 0-3 directory or an
-ordinary checkpoint file on one process, without a process group, and
-writes ``state_dict`` (full tensors, the model's own names) with the
-checkpoint's ``meta``: what ``load_from`` of any config (one GPU, another
-strategy) takes for fine-tuning or evaluation. The optimizer state is left
-out (``docs/checkpoints.md``).
 """
-import argparse
 import sys
 
-from mmstats.strategies import read_full_checkpoint
-from mmstats.utils import allow_mmengine_checkpoints
-
-
-def main(argv=None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('checkpoint', help='the sharded checkpoint directory')
-    parser.add_argument('out', help='the checkpoint file to write')
-    args = parser.parse_args(argv)
-    from mmengine.runner.checkpoint import save_checkpoint
-    allow_mmengine_checkpoints()  # torch.load(weights_only=True) of a file
-    checkpoint = read_full_checkpoint(args.checkpoint)
-    save_checkpoint(
-        {
-            'state_dict': checkpoint['state_dict'],
-            'meta': checkpoint.get('meta', {})
-        }, args.out)
-    print(f'{args.checkpoint} -> {args.out} '
-          f'({len(checkpoint["state_dict"])} tensors)')
-    return args.out
-
+from mmstats.tools.consolidate import cli, main  # noqa: F401
 
 if __name__ == '__main__':
-    sys.exit(main() and 0)
+    sys.exit(cli())

@@ -62,8 +62,12 @@ def test_demo_reaches_95_percent_and_reports_paths(tmp_path):
     assert re.fullmatch(r'accuracy=[\d.]+', line), line  # metrics only
     assert float(line.split('=')[1]) >= 95.0
     for what in ('logs', 'scalars', 'checkpoints', 'plots'):
-        path = re.search(rf'^{what}:\s+(\S+)$', out.stdout, re.M).group(1)
+        path = re.search(rf'^{what}:\s+(\S+)', out.stdout, re.M).group(1)
         assert osp.exists(path), what
+    # the curves, and the command that draws every figure of the run
+    assert re.search(
+        r'^plots: +\S+/curves\.png \(every figure: mmstats-plot '
+        r'\S+\)$', out.stdout, re.M), out.stdout[-2000:]
 
 
 def test_resume_continues_from_the_saved_epoch(tmp_path):
