@@ -19,6 +19,7 @@ from .version import __version__
 
 # loaded on first use (they import mmengine.hooks / mmengine.model)
 _LAZY = {
+    'CheckpointHook': '.hooks',
     'ModuleStatsHook': '.hooks',
     'PreciseBNHook': '.hooks',
     'RandomStateHook': '.hooks',
@@ -29,7 +30,7 @@ _LAZY = {
 
 __all__ = [
     '__version__', 'report', 'report0', 'Collector', 'scaled_all_reduce',
-    'update_bn_stats', 'ModuleStatsHook', 'PreciseBNHook', 'RandomStateHook',
+    'update_bn_stats', 'CheckpointHook', 'ModuleStatsHook', 'PreciseBNHook', 'RandomStateHook',
     'StatsCollectorHook', 'ThroughputHook'
 ]
 

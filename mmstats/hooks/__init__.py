@@ -1,4 +1,5 @@
 # Copyright (c) mmstats contributors. All rights reserved.
+from .checkpoint_hook import CheckpointHook
 from .module_stats_hook import ModuleStatsHook
 from .precise_bn_hook import PreciseBNHook
 from .random_state_hook import RandomStateHook
@@ -6,6 +7,6 @@ from .stats_collector_hook import StatsCollectorHook
 from .throughput_hook import ThroughputHook
 
 __all__ = [
-    'ModuleStatsHook', 'PreciseBNHook', 'RandomStateHook',
+    'CheckpointHook', 'ModuleStatsHook', 'PreciseBNHook', 'RandomStateHook',
     'StatsCollectorHook', 'ThroughputHook'
 ]

@@ -22,13 +22,14 @@ from typing import Optional
 from mmengine.config import Config
 from mmengine.dist import is_main_process
 
+from mmstats.hooks.checkpoint_hook import refuse_loaded_checkpoint
 from mmstats.strategies import (SCHEME, is_checkpoint_directory,
                                 register_consolidating_loader)
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, parse_launch_args)
 from mmstats.tools.launcher import build_runner
-from mmstats.utils import (allow_mmengine_checkpoints, finish_distributed,
-                           registered_name)
+from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
+                           finish_distributed, registered_name)
 
 #: the strategies that load a sharded checkpoint directory themselves
 READS_DIRECTORIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')
@@ -73,6 +74,7 @@ def build_config(args: argparse.Namespace) -> Config:
 def test(cfg: Config) -> dict:
     """Build the runner of ``cfg``, test, print the metrics on rank 0."""
     runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
+    refuse_loaded_checkpoint(cfg)  # damaged: before anything loads it
     metrics = runner.test()
     if is_main_process():
         print(
@@ -93,8 +95,14 @@ def main(argv: Optional[list] = None) -> dict:
     """
     args = parse_args(argv)
     allow_mmengine_checkpoints()  # torch.load(weights_only=True)
-    with each_warning_once():  # per process: torch's, DeepSpeed's...
-        metrics = test(build_config(args))
+    try:
+        with each_warning_once():  # per process: torch's, DeepSpeed's...
+            metrics = test(build_config(args))
+    except LaunchRefused as exc:  # on every rank together: said once
+        if is_main_process():
+            print(f'tools/test.py: error: {exc}', file=sys.stderr, flush=True)
+        finish_distributed()
+        sys.exit(1)
     # the runner is gone: its model wrapper's process groups die in
     # finish_distributed, not while the interpreter exits (an abort)
     finish_distributed()

@@ -31,7 +31,9 @@ from mmengine.config import Config
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 
+from mmstats.checkpoints import Preempted, resume_choice
 from mmstats.hooks import RandomStateHook
+from mmstats.hooks.checkpoint_hook import refuse_loaded_checkpoint
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, parse_launch_args)
 from mmstats.tools.launcher import build_runner
@@ -69,13 +71,14 @@ def build_config(args: argparse.Namespace) -> Config:
     if args.amp:
         use_amp(cfg)
     if args.resume == 'auto':
-        latest = latest_checkpoint(cfg.work_dir)
+        latest, why = resume_choice(cfg.work_dir)
         cfg.resume = latest is not None
         cfg.load_from = latest
-        if latest is None:
-            say(f'--resume: no checkpoint to resume in {cfg.work_dir} (no '
-                'last_checkpoint naming an existing one): training from '
-                'scratch')
+        if why is not None:
+            say(f'--resume: {why}')
+        elif latest is None:
+            say(f'--resume: no checkpoint to resume in {cfg.work_dir}: '
+                'training from scratch')
     elif args.resume is not None:
         if not osp.exists(args.resume):  # a sharded one is a directory
             raise FileNotFoundError(
@@ -96,17 +99,6 @@ def say(message: str) -> None:
     """One line from the launch (rank 0's), not one per process."""
     if is_first_process():
         print(f'tools/train.py: {message}', file=sys.stderr, flush=True)
-
-
-def latest_checkpoint(work_dir: str) -> Optional[str]:
-    """The checkpoint mmengine's ``last_checkpoint`` file names in
-    ``work_dir``, if it exists (a file, or a sharded run's directory)."""
-    record = osp.join(work_dir, 'last_checkpoint')
-    if not osp.isfile(record):
-        return None
-    with open(record) as f:
-        path = f.read().strip()
-    return path if path and osp.exists(path) else None
 
 
 def use_amp(cfg: Config) -> None:
@@ -195,6 +187,7 @@ def train(cfg: Config) -> None:
     unless the config has it.
     """
     runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
+    refuse_loaded_checkpoint(cfg)  # damaged: before anything loads it
     final_metrics = FinalMetricsHook()
     runner.register_hook(final_metrics)
     if not has_hook(cfg, 'RandomStateHook'):
@@ -225,6 +218,10 @@ def main(argv: Optional[list] = None) -> None:
         if not is_first_process():  # torchrun ends the launch when one
             time.sleep(3)  # process exits: rank 0 says why first
         sys.exit(1)
+    except Preempted as stop:  # every rank saved: a requeue resumes it
+        say(str(stop))
+        finish_distributed()
+        raise
     # the runner is gone: its model wrapper's process groups die in
     # finish_distributed, not while the interpreter exits (an abort)
     finish_distributed()

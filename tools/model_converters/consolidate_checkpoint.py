@@ -10,11 +10,13 @@ ordinary checkpoint file on one process, without a process group, and
 writes ``state_dict`` (full tensors, the model's own names) with the
 checkpoint's ``meta``: what ``load_from`` of any config (one GPU, another
 strategy) takes for fine-tuning or evaluation. The optimizer state is left
-out (``docs/checkpoints.md``).
+out (``docs/checkpoints.md``). A damaged checkpoint is refused in one line
+naming what is wrong, exit status 1.
 """
 import argparse
 import sys
 
+from mmstats.checkpoints import checkpoint_problem
 from mmstats.strategies import read_full_checkpoint
 from mmstats.utils import allow_mmengine_checkpoints
 
@@ -25,6 +27,13 @@ def main(argv=None) -> str:
     parser.add_argument('out', help='the checkpoint file to write')
     args = parser.parse_args(argv)
     from mmengine.runner.checkpoint import save_checkpoint
+    problem = checkpoint_problem(args.checkpoint)
+    if problem is not None:
+        print(
+            f'consolidate_checkpoint.py: error: checkpoint {args.checkpoint} '
+            f'{problem}',
+            file=sys.stderr)
+        sys.exit(1)
     allow_mmengine_checkpoints()  # torch.load(weights_only=True) of a file
     checkpoint = read_full_checkpoint(args.checkpoint)
     save_checkpoint(
