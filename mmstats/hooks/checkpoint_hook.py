@@ -5,7 +5,7 @@ from __future__ import annotations
 import os.path as osp
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
-from mmengine.dist import get_rank, is_main_process
+from mmengine.dist import get_rank, get_world_size, is_main_process
 from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
 from mmengine.logging import print_log
@@ -26,7 +26,9 @@ __all__ = ['CheckpointHook']
 #: message hub keys of a preemption checkpoint (runtime info)
 PREEMPTED_KEY = 'mmstats/preempted_checkpoint'
 SKIP_KEY = 'mmstats/preempted_skip_batches'
-STATES_AT_STOP_KEY = 'mmstats/preempted_random_states'
+START_KEY = 'mmstats/preempted_start_states'
+STOP_KEY = 'mmstats/preempted_stop_states'
+VAL_KEY = 'mmstats/preempted_in_val'
 #: the scheme ``tools/test.py`` gives a directory it reads whole
 SCHEMES = ('consolidate://', )
 
@@ -85,7 +87,9 @@ class CheckpointHook(MMEngineCheckpointHook):
         self._val_states: Optional[dict] = None  # training's, at validation
         self._val_checks = 0  # validation iterations every rank runs
         self._preempted: Optional[str] = None  # the resumed one, to remove
-        self._stopped_in_val = False
+        # a resumed preemption's states: at the loop's start, at the stop;
+        # the batches of the epoch trained before it
+        self._resumed: tuple = (None, None, 0)
 
     # -- loading -----------------------------------------------------------
     def before_run(self, runner: Runner) -> None:
@@ -102,17 +106,16 @@ class CheckpointHook(MMEngineCheckpointHook):
 
     def before_train(self, runner: Runner) -> None:
         """mmengine's, and what a resumed preemption checkpoint left to do:
-        the validation it interrupted, the batches it had trained."""
+        the validation it interrupted, then (at the loop's start) the
+        batches it had trained drawn again with the random states they
+        were drawn with."""
         super().before_train(runner)
         self._training = True
         info = runner.message_hub.runtime_info
         self._preempted = info.pop(PREEMPTED_KEY, None)
-        skip = info.pop(SKIP_KEY, 0)
-        states = info.pop(STATES_AT_STOP_KEY, None)
-        if skip:
-            SkipTrainedBatches(runner.train_loop, skip,
-                               self._restore_after_skip(states))
-        if info.pop('mmstats/preempted_in_val', False):
+        self._resumed = (info.pop(START_KEY, None), info.pop(STOP_KEY, None),
+                         info.pop(SKIP_KEY, 0))
+        if info.pop(VAL_KEY, False):
             print_log(
                 'CheckpointHook: the validation the preemption stopped '
                 'runs again', 'current')
@@ -123,10 +126,29 @@ class CheckpointHook(MMEngineCheckpointHook):
         self._training = False
         super().after_train(runner)
 
+    def before_train_epoch(self, runner: Runner) -> None:
+        """A resumed preemption's replay set up (the first time); the
+        generators' states before the loader draws (the loop's start in
+        an ``IterBasedTrainLoop``), which a preemption checkpoint holds."""
+        if self.stop is None:
+            return
+        start, stop, skip = self._resumed
+        self._resumed = (None, None, 0)
+        if start is not None and len(start) == get_world_size():
+            restore_random_state(start[get_rank()])
+            from mmengine.runner import EpochBasedTrainLoop
+            after = self._restorer(stop)
+            if isinstance(runner.train_loop, EpochBasedTrainLoop):
+                if skip:
+                    SkipTrainedBatches(runner.train_loop, skip, after)
+            elif stop is not None:
+                RestoreAfterSkip(runner.train_loop, runner.iter, after)
+        self._epoch_states = capture_random_state()
+
     @staticmethod
-    def _restore_after_skip(states: Optional[list]) -> Callable:
+    def _restorer(states: Optional[list]) -> Callable:
         def restore() -> None:
-            if states is not None and len(states) > get_rank():
+            if states is not None:
                 restore_random_state(states[get_rank()])
 
         return restore
@@ -181,12 +203,6 @@ class CheckpointHook(MMEngineCheckpointHook):
             self._preempted = None
 
     # -- preemption --------------------------------------------------------
-    def before_train_epoch(self, runner: Runner) -> None:
-        """The generators' states before the epoch's loader draws (a
-        checkpoint written mid-epoch replays the epoch's draws from it)."""
-        if self.stop is not None:
-            self._epoch_states = capture_random_state()
-
     def after_train_iter(self,
                          runner: Runner,
                          batch_idx: int,
@@ -222,16 +238,19 @@ class CheckpointHook(MMEngineCheckpointHook):
         info = runner.message_hub
         if in_val:  # training stands after its epoch / iteration
             meta = dict(epoch=runner.epoch, iter=runner.iter)
-            states, skip, current = self._val_states, 0, None
+            start, stop, skip = ((self._val_states, None, 0) if by_epoch else
+                                 (self._epoch_states, self._val_states, 0))
         else:  # an epoch loop resumes mid-epoch, even after its last batch
             meta = dict(epoch=runner.epoch, iter=runner.iter + 1)
-            states = self._epoch_states if by_epoch else None
+            start, stop = self._epoch_states, capture_random_state()
             skip = batch_idx + 1 if by_epoch else 0
-            current = gather_states() if by_epoch else None
-        info.update_info(STATES_KEY, gather_states(states))
+        info.update_info(START_KEY, gather_states(start))
+        info.update_info(STOP_KEY,
+                         None if stop is None else gather_states(stop))
         info.update_info(SKIP_KEY, skip)
-        info.update_info(STATES_AT_STOP_KEY, current)
-        info.update_info('mmstats/preempted_in_val', in_val)
+        info.update_info(VAL_KEY, in_val)
+        info.update_info(STATES_KEY, None)  # restored here, not by
+        # RandomStateHook: before the loader draws, then after the replay
         filename = f'iter_{meta["iter"]}_preempted.pth'
         path = osp.join(self.out_dir, filename)
         info.update_info(PREEMPTED_KEY, path)
@@ -286,3 +305,24 @@ class SkipTrainedBatches:
                 self.after()
             return
         self.run_iter(idx, data_batch)  # pragma: no cover - removed first
+
+
+class RestoreAfterSkip:
+    """An ``IterBasedTrainLoop``'s loader iterator that runs ``after`` (the
+    generators' states at the stop) once the loop has skipped the ``count``
+    batches it had trained, before it draws the next, then steps aside."""
+
+    def __init__(self, loop: Any, count: int, after: Callable) -> None:
+        self.loop, self.count, self.after = loop, count, after
+        self.iterator = loop.dataloader_iterator
+        loop.dataloader_iterator = self
+
+    def __iter__(self) -> 'RestoreAfterSkip':
+        return self
+
+    def __next__(self) -> Any:
+        if self.count == 0:
+            self.loop.dataloader_iterator = self.iterator
+            self.after()
+        self.count -= 1
+        return next(self.iterator)
