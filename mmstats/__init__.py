@@ -30,8 +30,8 @@ _LAZY = {
 
 __all__ = [
     '__version__', 'report', 'report0', 'Collector', 'scaled_all_reduce',
-    'update_bn_stats', 'CheckpointHook', 'ModuleStatsHook', 'PreciseBNHook', 'RandomStateHook',
-    'StatsCollectorHook', 'ThroughputHook'
+    'update_bn_stats', 'CheckpointHook', 'ModuleStatsHook', 'PreciseBNHook',
+    'RandomStateHook', 'StatsCollectorHook', 'ThroughputHook'
 ]
 
 __getattr__ = lazy_getattr(__name__, _LAZY, globals())

@@ -71,8 +71,8 @@ def gather_states(state: Optional[dict] = None) -> List[dict]:
         1
     """
     from mmengine.dist import all_gather_object
-    return all_gather_object(
-        capture_random_state() if state is None else state)
+    return all_gather_object(capture_random_state() if state is
+                             None else state)
 
 
 #: the message hub's runtime-info key of every rank's generator states (what

@@ -60,8 +60,8 @@ def write_marker(directory: str, world_size: int) -> None:
             path = osp.join(root, name)
             files[osp.relpath(path, directory)] = osp.getsize(path)
     files.pop(COMPLETE, None)
-    record = dict(format='mmstats checkpoint', world_size=world_size,
-                  files=files)
+    record = dict(
+        format='mmstats checkpoint', world_size=world_size, files=files)
     replace_atomically(osp.join(directory, COMPLETE), json.dumps(record))
 
 
@@ -171,9 +171,9 @@ def finish_save(partial: str, final: str) -> None:
             finish_save(osp.join(out_dir, 'epoch_2.pth.partial'),
                         osp.join(out_dir, 'epoch_2.pth'))
     """
-    from mmengine.dist import (broadcast_object_list, get_rank,
-                               get_world_size, is_distributed)
     import torch.distributed as dist
+    from mmengine.dist import (broadcast_object_list, get_rank, get_world_size,
+                               is_distributed)
 
     from mmstats.dist import host_group
     group = host_group()

@@ -18,8 +18,10 @@ from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
 
-__all__ = ['PREEMPTED_EXIT_CODE', 'Preempted', 'StopRequest', 'agree',
-           'signal_numbers']
+__all__ = [
+    'PREEMPTED_EXIT_CODE', 'Preempted', 'StopRequest', 'agree',
+    'signal_numbers'
+]
 
 #: the exit status of a preempted run (sysexits' EX_TEMPFAIL: "try again"):
 #: a requeue script tests it
@@ -90,8 +92,8 @@ class StopRequest:
         >>> request.uninstall()
     """
 
-    def __init__(self, signals: Sequence[str] = ('SIGTERM',
-                                                 'SIGUSR1')) -> None:
+    def __init__(self,
+                 signals: Sequence[str] = ('SIGTERM', 'SIGUSR1')) -> None:
         self.numbers = signal_numbers(signals)
         self.signal_name: Optional[str] = None
         self.received_at: Optional[float] = None

@@ -55,8 +55,8 @@ def refuse_damaged(path: str, resume: bool = False) -> None:
         ...
         mmstats.utils.launch_setup.LaunchRefused: checkpoint ...
     """
-    from mmengine.dist import (all_gather_object, get_world_size,
-                               is_distributed)
+    from mmengine.dist import all_gather_object, get_world_size, is_distributed
+
     from mmstats.dist import host_group
     mine = local_problem(path, resume, get_world_size())
     verdicts = all_gather_object(

@@ -113,8 +113,8 @@ class CheckpointHook(MMEngineCheckpointHook):
         self._training = True
         info = runner.message_hub.runtime_info
         self._preempted = info.pop(PREEMPTED_KEY, None)
-        self._resumed = (info.pop(START_KEY, None), info.pop(STOP_KEY, None),
-                         info.pop(SKIP_KEY, 0))
+        start, stop = info.pop(START_KEY, None), info.pop(STOP_KEY, None)
+        self._resumed = (start, stop, info.pop(SKIP_KEY, 0))
         if info.pop(VAL_KEY, False):
             print_log(
                 'CheckpointHook: the validation the preemption stopped '
@@ -147,6 +147,7 @@ class CheckpointHook(MMEngineCheckpointHook):
 
     @staticmethod
     def _restorer(states: Optional[list]) -> Callable:
+
         def restore() -> None:
             if states is not None:
                 restore_random_state(states[get_rank()])
@@ -262,8 +263,12 @@ class CheckpointHook(MMEngineCheckpointHook):
         if self._local():
             self._write(runner, filename, meta)
         else:
-            runner.save_checkpoint(self.out_dir, filename, meta=meta,
-                                   by_epoch=self.by_epoch, **self.args)
+            runner.save_checkpoint(
+                self.out_dir,
+                filename,
+                meta=meta,
+                by_epoch=self.by_epoch,
+                **self.args)
         raise Preempted(name, path)
 
 

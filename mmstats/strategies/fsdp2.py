@@ -9,8 +9,7 @@ from mmengine.registry import MODEL_WRAPPERS
 from torch import nn
 
 from mmstats.registry import STRATEGIES
-from mmstats.utils.torch_compat import (require_cpu_fully_shard,
-                                         require_torch)
+from mmstats.utils.torch_compat import require_cpu_fully_shard, require_torch
 from .state_dicts import ShardedCheckpointing
 
 __all__ = ['FSDP2Strategy']

@@ -33,10 +33,9 @@ import torch
 
 __all__ = [
     'TORCH_VERSION', 'COMPILED_OPS', 'torch_at_least', 'require_torch',
-    'require_cpu_fully_shard',
-    'dtensor_class', 'fsdp_module_class', 'fully_shard_api',
-    'register_step_hooks', 'is_compiling', 'register_fake', 'foreach_norm',
-    'flop_registry', 'aminmax'
+    'require_cpu_fully_shard', 'dtensor_class', 'fsdp_module_class',
+    'fully_shard_api', 'register_step_hooks', 'is_compiling', 'register_fake',
+    'foreach_norm', 'flop_registry', 'aminmax'
 ]
 
 

@@ -48,7 +48,10 @@ class RecordHook(Hook):
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         self.draws[runner.iter + 1] = torch.rand(1).item()
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None):
         self.losses[runner.iter + 1] = outputs['loss'].item()
         if self.signal_at == runner.iter + 1:
@@ -57,8 +60,7 @@ class RecordHook(Hook):
     def before_val(self, runner):
         self.vals += 1
 
-    def after_val_iter(self, runner, batch_idx, data_batch=None,
-                       outputs=None):
+    def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None):
         if self.signal_in_val == self.vals and batch_idx == 0:
             os.kill(os.getpid(), signal.SIGUSR1)
 
@@ -120,9 +122,8 @@ def test_a_crash_during_a_save_keeps_the_last_complete_checkpoint(
     runner.register_hook(RecordHook())  # the same draws as the others
     with pytest.raises(KeyboardInterrupt):
         runner.train()
-    assert sorted(n for n in os.listdir(work) if '.pth' in n) == [
-        'epoch_1.pth', 'epoch_2.pth.partial'
-    ]
+    assert sorted(n for n in os.listdir(work)
+                  if '.pth' in n) == ['epoch_1.pth', 'epoch_2.pth.partial']
     with open(osp.join(work, 'last_checkpoint')) as f:
         assert f.read() == osp.join(work, 'epoch_1.pth')
     assert resume_choice(work) == (osp.join(work, 'epoch_1.pth'), None)
@@ -134,9 +135,8 @@ def test_a_crash_during_a_save_keeps_the_last_complete_checkpoint(
     a, b = _weights(full), _weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
     # the older one removed once the newer was complete; no .partial left
-    assert sorted(n for n in os.listdir(work) if '.pth' in n) == [
-        'epoch_3.pth'
-    ]
+    assert sorted(n for n in os.listdir(work)
+                  if '.pth' in n) == ['epoch_3.pth']
 
 
 # (loop, where the signal comes, the iterations the preempted run trained)
@@ -154,8 +154,8 @@ def test_a_signal_saves_and_the_resumed_run_continues_exactly(
         tmp_path, clean_mmengine, case):
     by_epoch, where, trained = CASES[case]
     total = 3 * ITERS if by_epoch else 15
-    full, full_record = _train(_cfg(str(tmp_path / 'full'), by_epoch,
-                                    interval=100))
+    full, full_record = _train(
+        _cfg(str(tmp_path / 'full'), by_epoch, interval=100))
     work = str(tmp_path / 'part')
     with pytest.raises(Preempted) as stop:
         _train(_cfg(work, by_epoch, interval=100), RecordHook(**where))
@@ -164,8 +164,7 @@ def test_a_signal_saves_and_the_resumed_run_continues_exactly(
     path = osp.join(work, f'iter_{trained}_preempted.pth')
     assert stop.value.checkpoint == path and osp.isfile(path)
     assert resume_choice(work) == (path, None)  # what --resume takes
-    resumed, record = _train(
-        _cfg(work, by_epoch, interval=100), resume=path)
+    resumed, record = _train(_cfg(work, by_epoch, interval=100), resume=path)
     assert sorted(record.losses) == list(range(trained + 1, total + 1))
     for step in record.losses:
         assert record.losses[step] == full_record.losses[step], step

@@ -45,8 +45,9 @@ def _deepspeed_dir(path, ranks=2) -> str:
     os.makedirs(path)
     torch.save({'module': None}, osp.join(path, 'mp_rank_00_model_states.pt'))
     for rank in range(ranks):
-        torch.save({'r': rank}, osp.join(
-            path, f'zero_pp_rank_{rank}_mp_rank_00_optim_states.pt'))
+        torch.save({'r': rank},
+                   osp.join(path,
+                            f'zero_pp_rank_{rank}_mp_rank_00_optim_states.pt'))
     return str(path)
 
 
@@ -135,8 +136,7 @@ def test_resume_takes_the_newest_complete_checkpoint_and_says_why(tmp_path):
     assert path == first
     assert why.startswith(f'last_checkpoint names {second}, which is cut '
                           'short: ')
-    assert why.endswith(
-        f': resuming the newest complete checkpoint, {first}')
+    assert why.endswith(f': resuming the newest complete checkpoint, {first}')
     os.remove(second)  # or a missing one (max_keep_ckpts removed it)
     assert resume_choice(work) == (
         first, f'last_checkpoint names {second}, which does not exist: '

@@ -51,12 +51,13 @@ def uninterrupted(tmp_path_factory):
     return run_distributed(_train, 2, work)
 
 
-@pytest.mark.parametrize('where', [dict(signal_at=7), dict(signal_in_val=1)],
-                         ids=['mid_epoch', 'in_val'])
+@pytest.mark.parametrize(
+    'where', [dict(signal_at=7), dict(signal_in_val=1)],
+    ids=['mid_epoch', 'in_val'])
 def test_a_signal_to_rank_1_stops_both_and_resumes_exactly(
         tmp_path, uninterrupted, where):
     work = str(tmp_path)
-    stopped = run_distributed(_train, 2, work, where)
+    stopped = run_distributed(_train, 2, work, where, timeout=60)
     trained = where.get('signal_at', 5)  # validation 1: after 5 (2 ranks)
     path = osp.join(work, f'iter_{trained}_preempted.pth')
     assert [s for _, _, s in stopped] == [
@@ -64,7 +65,7 @@ def test_a_signal_to_rank_1_stops_both_and_resumes_exactly(
         ('SIGUSR1', path, trained - ('signal_at' in where))
     ]
     assert osp.isfile(path) and not osp.exists(path + '.partial')
-    resumed = run_distributed(_train, 2, work, None, path)
+    resumed = run_distributed(_train, 2, work, None, path, timeout=60)
     for rank in range(2):
         losses, weights, stop = resumed[rank]
         full_losses, full_weights, _ = uninterrupted[rank]
