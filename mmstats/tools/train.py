@@ -196,6 +196,16 @@ def train(cfg: Config) -> None:
     report(runner, final_metrics.metrics)
 
 
+def note_preemption(stop: Preempted) -> None:
+    """Rank 0 writes the checkpoint a preemption saved to the file
+    ``MMSTATS_STOP_FILE`` names (``dist_train.sh`` sets it: torchrun ends
+    with its own status, the script then with the preemption's)."""
+    path = os.environ.get('MMSTATS_STOP_FILE')
+    if path and is_first_process():
+        with open(path, 'w') as f:
+            f.write(f'{stop.code} {stop.checkpoint}\n')
+
+
 def main(argv: Optional[list] = None) -> None:
     """Train the config named on the command line (``argv``, default
     ``sys.argv[1:]``); ``mmstats-train --help`` lists the arguments.
@@ -220,6 +230,7 @@ def main(argv: Optional[list] = None) -> None:
         sys.exit(1)
     except Preempted as stop:  # every rank saved: a requeue resumes it
         say(str(stop))
+        note_preemption(stop)
         finish_distributed()
         raise
     # the runner is gone: its model wrapper's process groups die in
