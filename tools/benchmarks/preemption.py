@@ -78,15 +78,18 @@ def main() -> None:
         agent = children(launch.pid)[0]  # bash -> torchrun -> the ranks
         target = agent if args.to == 'agent' else rank_pid(agent, 1)
         number = getattr(signal, f'SIG{args.signal}')
-        start = time.monotonic()
+        start, sent = time.monotonic(), time.time()
         os.kill(target, number)
         status = launch.wait()
         seconds = time.monotonic() - start
     with open(log) as f:
         text = f.read()
     stopped = [line for line in text.splitlines() if 'stopped on' in line]
-    print(f'{args.to} got SIG{args.signal} at epoch 2\'s first log line: the '
-          f'launch ended {seconds:.2f} s later, exit status {status}')
+    record = osp.join(args.work_dir, 'last_checkpoint')
+    saved = osp.getmtime(record) - sent if osp.exists(record) else None
+    print(f'{args.to} got SIG{args.signal} at epoch 2\'s first log line: '
+          f'checkpoint complete {saved:.2f} s later, the launch ended '
+          f'{seconds:.2f} s later, exit status {status}')
     print(stopped[-1] if stopped else 'no checkpoint line (see ' + log + ')')
     print('checkpoints:', sorted(
         osp.basename(p) for p in glob.glob(osp.join(args.work_dir, '*.pth'))))
