@@ -19,8 +19,9 @@ if [ -z "${PYTHON:-}" ]; then
     if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python; fi
 fi
 
-export MMSTATS_STOP_FILE="$(mktemp)"
-trap 'rm -f "$MMSTATS_STOP_FILE"' EXIT
+# the launch's verdict (a refusal, a preemption: exit 75), written by rank 0
+export MMSTATS_EXIT_NOTE="$(mktemp)"
+trap 'rm -f "$MMSTATS_EXIT_NOTE"' EXIT
 status=0
 PYTHONPATH="$ROOT":${PYTHONPATH:-} \
 "$PYTHON" -m torch.distributed.run \
@@ -32,5 +33,8 @@ PYTHONPATH="$ROOT":${PYTHONPATH:-} \
     "$(dirname "$0")/train.py" \
     "$CONFIG" \
     --launcher pytorch "${@:3}" || status=$?
-if [ -s "$MMSTATS_STOP_FILE" ]; then status=75; fi
-exit $status
+if [ -s "$MMSTATS_EXIT_NOTE" ]; then  # said last, after torchrun's summary
+    read -r status line <"$MMSTATS_EXIT_NOTE"
+    echo "$line" >&2
+fi
+exit "$status"

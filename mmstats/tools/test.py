@@ -26,7 +26,7 @@ from mmstats.hooks.checkpoint_hook import refuse_loaded_checkpoint
 from mmstats.strategies import (SCHEME, is_checkpoint_directory,
                                 register_consolidating_loader)
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
-                                  load_config, parse_launch_args)
+                                  load_config, note_exit, parse_launch_args)
 from mmstats.tools.launcher import build_runner
 from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
                            finish_distributed, registered_name)
@@ -101,6 +101,7 @@ def main(argv: Optional[list] = None) -> dict:
     except LaunchRefused as exc:  # on every rank together: said once
         if is_main_process():
             print(f'tools/test.py: error: {exc}', file=sys.stderr, flush=True)
+        note_exit(1, f'tools/test.py: error: {exc}')
         finish_distributed()
         sys.exit(1)
     # the runner is gone: its model wrapper's process groups die in

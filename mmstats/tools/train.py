@@ -35,7 +35,7 @@ from mmstats.checkpoints import Preempted, resume_choice
 from mmstats.hooks import RandomStateHook
 from mmstats.hooks.checkpoint_hook import refuse_loaded_checkpoint
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
-                                  load_config, parse_launch_args)
+                                  load_config, note_exit, parse_launch_args)
 from mmstats.tools.launcher import build_runner
 from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
                            finish_distributed, registered_name)
@@ -196,16 +196,6 @@ def train(cfg: Config) -> None:
     report(runner, final_metrics.metrics)
 
 
-def note_preemption(stop: Preempted) -> None:
-    """Rank 0 writes the checkpoint a preemption saved to the file
-    ``MMSTATS_STOP_FILE`` names (``dist_train.sh`` sets it: torchrun ends
-    with its own status, the script then with the preemption's)."""
-    path = os.environ.get('MMSTATS_STOP_FILE')
-    if path and is_first_process():
-        with open(path, 'w') as f:
-            f.write(f'{stop.code} {stop.checkpoint}\n')
-
-
 def main(argv: Optional[list] = None) -> None:
     """Train the config named on the command line (``argv``, default
     ``sys.argv[1:]``); ``mmstats-train --help`` lists the arguments.
@@ -225,12 +215,13 @@ def main(argv: Optional[list] = None) -> None:
             train(cfg)
     except LaunchRefused as exc:  # before any process trains: said once
         say(f'error: {exc}')
+        note_exit(1, f'tools/train.py: error: {exc}')
         if not is_first_process():  # torchrun ends the launch when one
             time.sleep(3)  # process exits: rank 0 says why first
         sys.exit(1)
     except Preempted as stop:  # every rank saved: a requeue resumes it
         say(str(stop))
-        note_preemption(stop)
+        note_exit(stop.code, f'tools/train.py: {stop}')
         finish_distributed()
         raise
     # the runner is gone: its model wrapper's process groups die in
