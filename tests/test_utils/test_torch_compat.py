@@ -142,8 +142,10 @@ def test_fsdp2_on_the_cpu_refuses_a_torch_before_2_6(monkeypatch):
     monkeypatch.setattr(torch_compat, 'torch_at_least',
                         lambda version: version != '2.6')
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
-    with pytest.raises(RuntimeError, match=r'mmstats\.FSDP2Strategy '
-                       r'\(fully_shard\) on the CPU needs torch >= 2\.6'):
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmstats\.FSDP2Strategy '
+            r'\(fully_shard\) on the CPU needs torch >= 2\.6'):
         FSDP2Strategy()
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     torch_compat.require_cpu_fully_shard('FSDP2')  # GPUs: torch 2.4 works
