@@ -29,6 +29,9 @@ SKIP_KEY = 'mmstats/preempted_skip_batches'
 START_KEY = 'mmstats/preempted_start_states'
 STOP_KEY = 'mmstats/preempted_stop_states'
 VAL_KEY = 'mmstats/preempted_in_val'
+#: (epoch, iter) the preempted run stood at: FlexibleRunner's save writes
+#: an epoch-end or iteration-end position into ``meta`` whatever it is given
+POSITION_KEY = 'mmstats/preempted_position'
 #: the scheme ``tools/test.py`` gives a directory it reads whole
 SCHEMES = ('consolidate://', )
 
@@ -115,6 +118,13 @@ class CheckpointHook(MMEngineCheckpointHook):
         self._preempted = info.pop(PREEMPTED_KEY, None)
         start, stop = info.pop(START_KEY, None), info.pop(STOP_KEY, None)
         self._resumed = (start, stop, info.pop(SKIP_KEY, 0))
+        position = info.pop(POSITION_KEY, None)
+        if position is not None:  # where the preempted run stood
+            loop = runner.train_loop
+            loop._epoch, loop._iter = position
+            print_log(
+                f'CheckpointHook: resuming the preempted run at epoch '
+                f'{position[0] + 1}, iteration {position[1] + 1}', 'current')
         if info.pop(VAL_KEY, False):
             print_log(
                 'CheckpointHook: the validation the preemption stopped '
@@ -250,6 +260,7 @@ class CheckpointHook(MMEngineCheckpointHook):
                          None if stop is None else gather_states(stop))
         info.update_info(SKIP_KEY, skip)
         info.update_info(VAL_KEY, in_val)
+        info.update_info(POSITION_KEY, (meta['epoch'], meta['iter']))
         info.update_info(STATES_KEY, None)  # restored here, not by
         # RandomStateHook: before the loader draws, then after the replay
         filename = f'iter_{meta["iter"]}_preempted.pth'
@@ -269,6 +280,7 @@ class CheckpointHook(MMEngineCheckpointHook):
                 meta=meta,
                 by_epoch=self.by_epoch,
                 **self.args)
+        self.stop.uninstall()  # saved: a signal now may end the process
         raise Preempted(name, path)
 
 

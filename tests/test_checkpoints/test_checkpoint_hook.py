@@ -157,8 +157,10 @@ def test_a_signal_saves_and_the_resumed_run_continues_exactly(
     full, full_record = _train(
         _cfg(str(tmp_path / 'full'), by_epoch, interval=100))
     work = str(tmp_path / 'part')
+    before = signal.getsignal(signal.SIGUSR1)
     with pytest.raises(Preempted) as stop:
         _train(_cfg(work, by_epoch, interval=100), RecordHook(**where))
+    assert signal.getsignal(signal.SIGUSR1) is before  # handed back
     assert stop.value.code == PREEMPTED_EXIT_CODE
     assert stop.value.signal_name == 'SIGUSR1'
     path = osp.join(work, f'iter_{trained}_preempted.pth')

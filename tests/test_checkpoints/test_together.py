@@ -5,11 +5,10 @@ on every rank; a checkpoint damaged where rank 1 sees it is refused on
 both ranks, with the same line."""
 import os
 import os.path as osp
-import signal
 
 import pytest
 import torch
-from mmengine.runner import Runner
+from mmengine.runner import FlexibleRunner, Runner
 
 from mmstats.checkpoints import Preempted, refuse_damaged
 from mmstats.utils import LaunchRefused, allow_mmengine_checkpoints
@@ -25,13 +24,17 @@ class RankOneSignal(RecordHook):
         super().__init__(**(where if rank == 1 else {}))
 
 
-def _train(rank, world_size, work_dir, where=None, resume=None):
+def _train(rank, world_size, kind, work_dir, where=None, resume=None):
     clear_mmengine_singletons()
     allow_mmengine_checkpoints()
     cfg = gloo_launch(_cfg(work_dir, True, interval=100))
+    if kind == 'flexible':  # its save writes its own epoch/iter into meta
+        cfg.runner_type = 'FlexibleRunner'
+        cfg.strategy = dict(
+            type='DDPStrategy', model_wrapper=cfg.pop('model_wrapper_cfg'))
     if resume is not None:
         cfg.resume, cfg.load_from = True, resume
-    runner = Runner.from_cfg(cfg)
+    runner = (FlexibleRunner if kind == 'flexible' else Runner).from_cfg(cfg)
     record = RankOneSignal(rank, **(where or {}))
     runner.register_hook(record)
     stop = None
@@ -47,17 +50,24 @@ def _train(rank, world_size, work_dir, where=None, resume=None):
 
 @pytest.fixture(scope='module')
 def uninterrupted(tmp_path_factory):
-    work = str(tmp_path_factory.mktemp('full'))
-    return run_distributed(_train, 2, work)
+    return {
+        kind: run_distributed(_train, 2, kind,
+                              str(tmp_path_factory.mktemp(kind)))
+        for kind in ('runner', 'flexible')
+    }
 
 
+# a Runner, and a FlexibleRunner (whose save writes its own epoch/iter into
+# meta, whatever the hook gives it)
 @pytest.mark.parametrize(
-    'where', [dict(signal_at=7), dict(signal_in_val=1)],
-    ids=['mid_epoch', 'in_val'])
+    'kind, where', [('runner', dict(signal_at=7)),
+                    ('flexible', dict(signal_at=7)),
+                    ('flexible', dict(signal_in_val=1))],
+    ids=['runner_mid_epoch', 'flexible_mid_epoch', 'flexible_in_val'])
 def test_a_signal_to_rank_1_stops_both_and_resumes_exactly(
-        tmp_path, uninterrupted, where):
+        tmp_path, uninterrupted, kind, where):
     work = str(tmp_path)
-    stopped = run_distributed(_train, 2, work, where, timeout=60)
+    stopped = run_distributed(_train, 2, kind, work, where, timeout=60)
     trained = where.get('signal_at', 5)  # validation 1: after 5 (2 ranks)
     path = osp.join(work, f'iter_{trained}_preempted.pth')
     assert [s for _, _, s in stopped] == [
@@ -65,10 +75,10 @@ def test_a_signal_to_rank_1_stops_both_and_resumes_exactly(
         ('SIGUSR1', path, trained - ('signal_at' in where))
     ]
     assert osp.isfile(path) and not osp.exists(path + '.partial')
-    resumed = run_distributed(_train, 2, work, None, path, timeout=60)
+    resumed = run_distributed(_train, 2, kind, work, None, path, timeout=60)
     for rank in range(2):
         losses, weights, stop = resumed[rank]
-        full_losses, full_weights, _ = uninterrupted[rank]
+        full_losses, full_weights, _ = uninterrupted[kind][rank]
         assert stop is None
         assert sorted(losses) == list(range(trained + 1, 16))
         assert all(losses[i] == full_losses[i] for i in losses), rank
@@ -96,4 +106,3 @@ def test_damage_seen_by_one_rank_is_refused_on_every_rank(tmp_path):
         f'checkpoint {cut} is cut short: 2,000 bytes, and the zip directory '
         'torch.save writes at its end is missing (seen by rank 1)')
     assert os.path.getsize(cut) == 2000
-    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL

@@ -147,8 +147,8 @@ def test_a_damaged_checkpoint_is_refused_in_one_line(cell, tmp_path):
     last line names the path and what is wrong; a ZeRO-3 checkpoint
     resumed on one process names both numbers and the converter."""
     import shutil
-    source = osp.join(cell.full, 'epoch_1.pth')
-    copy = str(tmp_path / 'epoch_1.pth')
+    source = osp.join(cell.full, 'epoch_2.pth')  # max_keep_ckpts=1
+    copy = str(tmp_path / 'epoch_2.pth')
     (shutil.copytree if osp.isdir(source) else shutil.copy)(source, copy)
     words = _damage(cell, copy)
     result = cell.test(copy, str(tmp_path / 'test'))
@@ -159,9 +159,9 @@ def test_a_damaged_checkpoint_is_refused_in_one_line(cell, tmp_path):
         return
     work = str(tmp_path / 'resume')
     os.makedirs(work)
-    shutil.copytree(source, osp.join(work, 'epoch_1.pth'))
+    shutil.copytree(source, osp.join(work, 'epoch_2.pth'))
     with open(osp.join(work, 'last_checkpoint'), 'w') as f:
-        f.write(osp.join(work, 'epoch_1.pth'))
+        f.write(osp.join(work, 'epoch_2.pth'))
     env = dict(os.environ, OMP_NUM_THREADS='1')
     env.pop('DS_ACCELERATOR', None)  # the launcher sets it
     one = subprocess.run([
@@ -177,6 +177,6 @@ def test_a_damaged_checkpoint_is_refused_in_one_line(cell, tmp_path):
     assert one.returncode == 1, one.stderr[-3000:]
     last = one.stderr.strip().splitlines()[-1]
     assert last.startswith('tools/train.py: error: checkpoint '
-                           f"{osp.join(work, 'epoch_1.pth')} is DeepSpeed's, "
+                           f"{osp.join(work, 'epoch_2.pth')} is DeepSpeed's, "
                            'written by 2 processes, and this run has 1'), last
     assert 'consolidate_checkpoint.py' in last
