@@ -36,6 +36,8 @@ SHARDED = 'mmstats_sharded.json'
 DS_MODEL = 'mp_rank_00_model_states.pt'
 _DS_OPTIM = re.compile(r'(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_\d+_optim_states'
                        r'\.pt$')
+#: ZeRO-3's model states, one file per rank (no ``mp_rank_00_...``)
+_DS_MODEL3 = re.compile(r'zero_pp_rank_(\d+)_mp_rank_\d+_model_states\.pt$')
 
 
 def _size(nbytes: int) -> str:
@@ -115,21 +117,34 @@ def _sharded_problem(path: str) -> Optional[str]:
     return f'has files cut short: {", ".join(short)}' if short else None
 
 
-def _deepspeed_ranks(path: str) -> List[int]:
+def _deepspeed_ranks(path: str, pattern: re.Pattern = _DS_OPTIM) -> List[int]:
     return sorted(
         int(found.group(1))
-        for found in map(_DS_OPTIM.search, glob.glob(osp.join(path, '*')))
+        for found in map(pattern.search, glob.glob(osp.join(path, '*')))
         if found)
 
 
+def _is_deepspeed(path: str) -> bool:
+    return osp.isdir(path) and bool(
+        glob.glob(osp.join(path, '*model_states.pt')))
+
+
 def _deepspeed_problem(path: str) -> Optional[str]:
-    if not osp.isfile(osp.join(path, DS_MODEL)):
-        return f'lacks {DS_MODEL} (rank 0\'s model states)'
+    """A DeepSpeed directory without mmstats' marker: rank 0's model states
+    (``mp_rank_00_...``, ZeRO-3: every rank's ``zero_pp_rank_R_...``) and
+    every rank's optimizer states, up to the highest rank found."""
     ranks = _deepspeed_ranks(path)
-    missing = sorted(set(range(max(ranks, default=-1) + 1)) - set(ranks))
-    if missing:
-        return ('lacks the optimizer states of rank(s) ' +
-                ', '.join(map(str, missing)))
+    models = _deepspeed_ranks(path, _DS_MODEL3)
+    if not osp.isfile(osp.join(path, DS_MODEL)) and not models:
+        return f'lacks {DS_MODEL} (rank 0\'s model states)'
+    world = max(ranks + models, default=-1) + 1
+    for what, found in (('optimizer', ranks), ('model', models)):
+        if what == 'model' and not models:
+            continue
+        missing = sorted(set(range(world)) - set(found))
+        if missing:
+            return (f'lacks the {what} states of rank(s) ' +
+                    ', '.join(map(str, missing)))
     return None
 
 
@@ -169,7 +184,7 @@ def checkpoint_problem(path: str) -> Optional[str]:
         return _listed_problem(path, marker['files'])
     if osp.isfile(osp.join(path, SHARDED)):
         return _sharded_problem(path)
-    if glob.glob(osp.join(path, '*model_states.pt')):
+    if _is_deepspeed(path):
         return _deepspeed_problem(path)
     return (f'is a directory without a completion marker ({COMPLETE} or '
             f'{SHARDED}): its save did not finish, or it is no checkpoint')
@@ -184,7 +199,7 @@ def deepspeed_world_size(path: str) -> Optional[int]:
         >>> deepspeed_world_size('/nonexistent') is None
         True
     """
-    if not (osp.isdir(path) and osp.isfile(osp.join(path, DS_MODEL))):
+    if not _is_deepspeed(path):
         return None
     marker = _read_marker(path)
     if marker is not None and isinstance(marker.get('world_size'), int):

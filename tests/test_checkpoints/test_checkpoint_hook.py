@@ -17,7 +17,7 @@ from mmengine.runner import Runner
 
 from mmstats.checkpoints import PREEMPTED_EXIT_CODE, Preempted, resume_choice
 from mmstats.utils import allow_mmengine_checkpoints
-from tests.helpers.runner import toy_cfg
+from tests.helpers.runner import clear_mmengine_singletons, toy_cfg
 from tests.helpers.toy import ToyDataset
 
 ITERS = 10  # per epoch: 160 samples, batch 16
@@ -149,13 +149,27 @@ CASES = {
 }
 
 
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory):
+    """The uninterrupted runs, epoch- and iteration-based: (final weights,
+    RecordHook)."""
+    runs = {}
+    for by_epoch in (True, False):
+        clear_mmengine_singletons()
+        runner, record = _train(
+            _cfg(str(tmp_path_factory.mktemp('full')), by_epoch, interval=100))
+        runs[by_epoch] = (_weights(runner), record)
+        del runner
+    clear_mmengine_singletons()
+    return runs
+
+
 @pytest.mark.parametrize('case', list(CASES))
 def test_a_signal_saves_and_the_resumed_run_continues_exactly(
-        tmp_path, clean_mmengine, case):
+        tmp_path, clean_mmengine, uninterrupted, case):
     by_epoch, where, trained = CASES[case]
     total = 3 * ITERS if by_epoch else 15
-    full, full_record = _train(
-        _cfg(str(tmp_path / 'full'), by_epoch, interval=100))
+    a, full_record = uninterrupted[by_epoch]
     work = str(tmp_path / 'part')
     before = signal.getsignal(signal.SIGUSR1)
     with pytest.raises(Preempted) as stop:
@@ -171,7 +185,7 @@ def test_a_signal_saves_and_the_resumed_run_continues_exactly(
     for step in record.losses:
         assert record.losses[step] == full_record.losses[step], step
         assert record.draws[step] == full_record.draws[step], step
-    a, b = _weights(full), _weights(resumed)
+    b = _weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
     if 'val' in case:  # the interrupted validation ran again
         assert record.vals == full_record.vals == 3

@@ -84,6 +84,24 @@ def test_a_deepspeed_directory_without_marker_is_checked_by_its_files(
         'lacks the optimizer states of rank(s) 1'
 
 
+def test_a_zero3_directory_without_marker_is_checked_by_its_files(tmp_path):
+    """ZeRO-3 writes every rank's model states (no ``mp_rank_00_...``)."""
+    path = str(tmp_path / 'epoch_1.pth')
+    os.makedirs(path)
+    for rank in range(2):
+        for kind in ('model', 'optim'):
+            torch.save({},
+                       osp.join(
+                           path,
+                           f'zero_pp_rank_{rank}_mp_rank_00_{kind}_states.pt'))
+    assert checkpoint_problem(path) is None
+    assert deepspeed_world_size(path) == 2
+    assert 'written by 2 processes, and this run has 1' in local_problem(
+        path, resume=True, world_size=1)
+    os.remove(osp.join(path, 'zero_pp_rank_0_mp_rank_00_model_states.pt'))
+    assert checkpoint_problem(path) == 'lacks the model states of rank(s) 0'
+
+
 def test_a_deepspeed_resume_on_another_world_size_names_both(tmp_path):
     path = _deepspeed_dir(tmp_path / 'epoch_1.pth')
     write_marker(path, 2)
