@@ -85,7 +85,8 @@ class StopRequest:
 
     Example:
         >>> request = StopRequest(['SIGUSR1'])
-        >>> request.install()
+        >>> request.install()  # in the main thread
+        True
         >>> import os; os.kill(os.getpid(), signal.SIGUSR1)
         >>> request.signal_name
         'SIGUSR1'
