@@ -58,18 +58,15 @@ def main() -> None:
     os.makedirs(args.work_dir)
     log = osp.join(args.work_dir, 'launch.log')
     env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS='1')
+    command = [
+        'bash',
+        osp.join(ROOT, 'tools', 'dist_train.sh'), args.config, '2',
+        '--work-dir', args.work_dir, '--cfg-options', 'train_cfg.max_epochs=3',
+        'default_hooks.checkpoint.interval=1'
+    ]
     with open(log, 'w') as out:
         launch = subprocess.Popen(
-            [
-                'bash',
-                osp.join(ROOT, 'tools', 'dist_train.sh'), args.config, '2',
-                '--work-dir', args.work_dir, '--cfg-options',
-                'train_cfg.max_epochs=3', 'default_hooks.checkpoint.interval=1'
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT)
+            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         while launch.poll() is None:
             with open(log) as f:
                 if 'Epoch(train) [2][' in f.read():
@@ -91,8 +88,8 @@ def main() -> None:
           f'checkpoint complete {saved:.2f} s later, the launch ended '
           f'{seconds:.2f} s later, exit status {status}')
     print(stopped[-1] if stopped else 'no checkpoint line (see ' + log + ')')
-    print('checkpoints:', sorted(
-        osp.basename(p) for p in glob.glob(osp.join(args.work_dir, '*.pth'))))
+    files = glob.glob(osp.join(args.work_dir, '*.pth'))
+    print('checkpoints:', sorted(osp.basename(p) for p in files))
 
 
 def _ppid(stat: str) -> int:
