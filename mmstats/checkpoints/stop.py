@@ -148,7 +148,7 @@ def agree(requested: bool) -> bool:
 
     from mmstats.dist import host_group
     flag = torch.tensor([int(requested)], dtype=torch.int32)
-    pass
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=host_group())
     return bool(flag[0])
 
 
