@@ -99,9 +99,9 @@ def main(argv: Optional[list] = None) -> dict:
         with each_warning_once():  # per process: torch's, DeepSpeed's...
             metrics = test(build_config(args))
     except LaunchRefused as exc:  # on every rank together: said once
-        if is_main_process():
-            print(f'tools/test.py: error: {exc}', file=sys.stderr, flush=True)
-        note_exit(1, f'tools/test.py: error: {exc}')
+        line = f'tools/test.py: error: {exc}'
+        if not note_exit(1, line) and is_main_process():
+            print(line, file=sys.stderr, flush=True)  # else dist_test.sh
         finish_distributed()
         sys.exit(1)
     # the runner is gone: its model wrapper's process groups die in

@@ -214,14 +214,14 @@ def main(argv: Optional[list] = None) -> None:
             cfg = build_config(args)
             train(cfg)
     except LaunchRefused as exc:  # before any process trains: said once
-        say(f'error: {exc}')
-        note_exit(1, f'tools/train.py: error: {exc}')
+        if not note_exit(1, f'tools/train.py: error: {exc}'):
+            say(f'error: {exc}')  # else dist_train.sh says it, last
         if not is_first_process():  # torchrun ends the launch when one
             time.sleep(3)  # process exits: rank 0 says why first
         sys.exit(1)
     except Preempted as stop:  # every rank saved: a requeue resumes it
-        say(str(stop))
-        note_exit(stop.code, f'tools/train.py: {stop}')
+        if not note_exit(stop.code, f'tools/train.py: {stop}'):
+            say(str(stop))
         finish_distributed()
         raise
     # the runner is gone: its model wrapper's process groups die in
