@@ -19,6 +19,7 @@ from .version import __version__
 
 # loaded on first use (they import mmengine.hooks / mmengine.model)
 _LAZY = {
+    'CheckpointHook': '.hooks',
     'HangWatchHook': '.hooks',
     'ModuleStatsHook': '.hooks',
     'PreciseBNHook': '.hooks',
@@ -30,8 +31,8 @@ _LAZY = {
 
 __all__ = [
     '__version__', 'report', 'report0', 'Collector', 'scaled_all_reduce',
-    'update_bn_stats', 'HangWatchHook', 'ModuleStatsHook', 'PreciseBNHook',
-    'RandomStateHook', 'StatsCollectorHook', 'ThroughputHook'
+    'update_bn_stats', 'CheckpointHook', 'HangWatchHook', 'ModuleStatsHook',
+    'PreciseBNHook', 'RandomStateHook', 'StatsCollectorHook', 'ThroughputHook'
 ]
 
 __getattr__ = lazy_getattr(__name__, _LAZY, globals())

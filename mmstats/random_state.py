@@ -11,12 +11,15 @@ sequence of the first epoch. ``RandomStateHook`` (``docs/checkpoints.md``)
 uses these functions.
 """
 import random
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import torch
 
-__all__ = ['capture_random_state', 'restore_random_state', 'gather_states']
+__all__ = [
+    'capture_random_state', 'restore_random_state', 'gather_states',
+    'STATES_KEY'
+]
 
 
 def capture_random_state() -> dict:
@@ -58,14 +61,21 @@ def restore_random_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
-def gather_states() -> List[dict]:
-    """Every rank's :func:`capture_random_state`, in rank order, on every
-    rank (one ``all_gather_object``; all ranks must call it). One process:
-    a list of one.
+def gather_states(state: Optional[dict] = None) -> List[dict]:
+    """Every rank's :func:`capture_random_state` (or ``state``, captured
+    earlier), in rank order, on every rank (one ``all_gather_object``; all
+    ranks must call it). One process: a list of one.
 
     Example:
         >>> len(gather_states())
         1
     """
     from mmengine.dist import all_gather_object
-    return all_gather_object(capture_random_state())
+    return all_gather_object(capture_random_state() if state is
+                             None else state)
+
+
+#: the message hub's runtime-info key of every rank's generator states (what
+#: ``RandomStateHook`` restores at a resume; ``CheckpointHook``'s preemption
+#: save writes it too)
+STATES_KEY = 'mmstats/random_states'

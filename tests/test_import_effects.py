@@ -50,9 +50,9 @@ def test_building_every_hook_imports_neither_dynamo_nor_the_runner():
     assert out.returncode == 0, out.stderr
     built = out.stdout.strip().split('\n')[-1].split()[1:]
     assert sorted(set(built)) == [
-        'HangWatchHook', 'ModuleStatsHook', 'PreciseBNHook', 'RandomStateHook',
-        'StatsCollectorHook', 'ThroughputHook'
-    ] and len(built) == 12
+        'CheckpointHook', 'HangWatchHook', 'ModuleStatsHook', 'PreciseBNHook',
+        'RandomStateHook', 'StatsCollectorHook', 'ThroughputHook'
+    ] and len(built) == 14
 
 
 def test_the_check_sees_what_a_runner_import_does():

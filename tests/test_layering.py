@@ -236,7 +236,7 @@ def test_the_state_check_sees_a_foreign_write(tmp_path):
 LAYERS = (
     ('mmstats.version', 'mmstats.utils'),
     ('mmstats.dist', 'mmstats.registry', 'mmstats.random_state'),
-    ('mmstats.sharding', 'mmstats.run_description'),
+    ('mmstats.sharding', 'mmstats.run_description', 'mmstats.checkpoints'),
     ('mmstats.stats', ),  # the report side
     ('mmstats.health', 'mmstats.throughput', 'mmstats.precise_bn',
      'mmstats.wrappers', 'mmstats.training_stats'),

@@ -73,10 +73,23 @@ def test_only_the_hooks_are_registered_and_only_in_the_mmstats_scope():
     assert HOOKS.get('StatsCollectorHook') is StatsCollectorHook
     assert set(HOOKS.module_dict) <= {
         'PreciseBNHook', 'StatsCollectorHook', 'ModuleStatsHook',
-        'ThroughputHook', 'RandomStateHook', 'HangWatchHook'
+        'ThroughputHook', 'RandomStateHook', 'HangWatchHook', 'CheckpointHook'
     }
     for name in HOOKS.module_dict:
         assert ROOT_HOOKS.module_dict.get(name) is not HOOKS.get(name)
+
+
+def test_unprefixed_checkpoint_hook_stays_mmengines():
+    """mmstats.CheckpointHook shares mmengine's name: a config's unprefixed
+    ``CheckpointHook`` still builds mmengine's (mmstats' launchers swap it
+    in by name, ``use_safe_checkpoints``)."""
+    from mmengine.hooks import CheckpointHook as MMEngineCheckpointHook
+
+    from mmstats.hooks import CheckpointHook
+    assert type(ROOT_HOOKS.build(dict(type='CheckpointHook'))) is \
+        MMEngineCheckpointHook
+    assert type(ROOT_HOOKS.build(dict(type='mmstats.CheckpointHook'))) is \
+        CheckpointHook
 
 
 def test_unprefixed_name_under_another_scope_is_not_ours():

@@ -18,6 +18,10 @@ if [ -z "${PYTHON:-}" ]; then
     if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python; fi
 fi
 
+# the launch's verdict (a refusal, a preemption: exit 75), written by rank 0
+export MMSTATS_EXIT_NOTE="$(mktemp)"
+trap 'rm -f "$MMSTATS_EXIT_NOTE"' EXIT
+status=0
 PYTHONPATH="$ROOT":${PYTHONPATH:-} \
 "$PYTHON" -m torch.distributed.run \
     --nnodes="$NNODES" \
@@ -27,4 +31,9 @@ PYTHONPATH="$ROOT":${PYTHONPATH:-} \
     --master_port="$PORT" \
     "$(dirname "$0")/test.py" \
     "$CONFIG" "$CHECKPOINT" \
-    --launcher pytorch "${@:4}"
+    --launcher pytorch "${@:4}" || status=$?
+if [ -s "$MMSTATS_EXIT_NOTE" ]; then  # said last, after torchrun's summary
+    read -r status line <"$MMSTATS_EXIT_NOTE"
+    echo "$line" >&2
+fi
+exit "$status"

@@ -5,6 +5,8 @@
 # (and the same PORT). PYTHON selects the interpreter (default: the repo's
 # .venv/bin/python when it exists, as after `make demo`; else python).
 # On CPU-only machines train.py uses gloo; with CUDA, NCCL.
+# A preempted run (SIGTERM/SIGUSR1: every rank saved a checkpoint) exits 75,
+# whatever torchrun's own status (docs/checkpoints.md, "When a run stops").
 set -e
 CONFIG=$1
 NPROC=$2
@@ -17,6 +19,10 @@ if [ -z "${PYTHON:-}" ]; then
     if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python; fi
 fi
 
+# the launch's verdict (a refusal, a preemption: exit 75), written by rank 0
+export MMSTATS_EXIT_NOTE="$(mktemp)"
+trap 'rm -f "$MMSTATS_EXIT_NOTE"' EXIT
+status=0
 PYTHONPATH="$ROOT":${PYTHONPATH:-} \
 "$PYTHON" -m torch.distributed.run \
     --nnodes="$NNODES" \
@@ -26,4 +32,9 @@ PYTHONPATH="$ROOT":${PYTHONPATH:-} \
     --master_port="$PORT" \
     "$(dirname "$0")/train.py" \
     "$CONFIG" \
-    --launcher pytorch "${@:3}"
+    --launcher pytorch "${@:3}" || status=$?
+if [ -s "$MMSTATS_EXIT_NOTE" ]; then  # said last, after torchrun's summary
+    read -r status line <"$MMSTATS_EXIT_NOTE"
+    echo "$line" >&2
+fi
+exit "$status"

@@ -636,6 +636,44 @@ BUGS = [
         'for rank, text in self.channel.read_all().items()\n'
         '            if rank != self.rank\n        }',
         ('tests/test_health/test_hangs.py', )),
+    Bug(
+        'RS1', 'the older checkpoint purged before the newer one is written',
+        'mmstats/hooks/checkpoint_hook.py',
+        '        self._write(runner, filename, meta)\n'
+        '        if not is_main_process():\n            return\n'
+        '        if dropped is not None:\n',
+        '        if dropped is not None and is_main_process():\n'
+        '            remove_checkpoint(\n'
+        '                osp.join(self.out_dir, '
+        'self.filename_tmpl.format(dropped)))\n'
+        '        self._write(runner, filename, meta)\n'
+        '        if not is_main_process():\n            return\n'
+        '        if dropped is not None:\n',
+        ('tests/test_checkpoints/test_checkpoint_hook.py', )),
+    Bug('RS2', 'the stop decided on each rank alone (no all_reduce)',
+        'mmstats/checkpoints/stop.py',
+        '    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=host_group())',
+        '    pass', ('tests/test_checkpoints/test_together.py', )),
+    Bug(
+        'RS3', 'the damage check on rank 0 only',
+        'mmstats/checkpoints/together.py',
+        '    mine = local_problem(path, resume, get_world_size())',
+        '    from mmengine.dist import get_rank\n'
+        '    mine = local_problem(path, resume, get_world_size()) if '
+        'get_rank() == 0 else None',
+        ('tests/test_checkpoints/test_together.py', )),
+    Bug(
+        'RS4', 'a mid-epoch resume trains the epoch from its first batch',
+        'mmstats/hooks/checkpoint_hook.py',
+        '                    SkipTrainedBatches(runner.train_loop, skip, '
+        'after)', '                    pass',
+        ('tests/test_checkpoints/test_checkpoint_hook.py', )),
+    Bug(
+        'RS5', "a FlexibleRunner's preemption resumed where its meta says "
+        '(an epoch end, or the next epoch)',
+        'mmstats/hooks/checkpoint_hook.py',
+        '            loop._epoch, loop._iter = position', '            pass',
+        ('tests/test_checkpoints/test_together.py', )),
 ]
 
 

@@ -1,4 +1,5 @@
 # Copyright (c) mmstats contributors. All rights reserved.
+from .checkpoint_hook import CheckpointHook
 from .hang_watch_hook import HangWatchHook
 from .module_stats_hook import ModuleStatsHook
 from .precise_bn_hook import PreciseBNHook
@@ -7,6 +8,6 @@ from .stats_collector_hook import StatsCollectorHook
 from .throughput_hook import ThroughputHook
 
 __all__ = [
-    'HangWatchHook', 'ModuleStatsHook', 'PreciseBNHook', 'RandomStateHook',
-    'StatsCollectorHook', 'ThroughputHook'
+    'CheckpointHook', 'HangWatchHook', 'ModuleStatsHook', 'PreciseBNHook',
+    'RandomStateHook', 'StatsCollectorHook', 'ThroughputHook'
 ]

@@ -9,7 +9,7 @@ from mmengine.registry import MODEL_WRAPPERS
 from torch import nn
 
 from mmstats.registry import STRATEGIES
-from mmstats.utils.torch_compat import require_torch
+from mmstats.utils.torch_compat import require_cpu_fully_shard, require_torch
 from .state_dicts import ShardedCheckpointing
 
 __all__ = ['FSDP2Strategy']
@@ -52,6 +52,7 @@ class FSDP2Strategy(ShardedCheckpointing, DDPStrategy):
                  state_dict_cfg: str = 'full',
                  **kwargs: Any) -> None:
         require_torch('2.4', 'mmstats.FSDP2Strategy (fully_shard)')
+        require_cpu_fully_shard('mmstats.FSDP2Strategy (fully_shard)')
         if state_dict_cfg not in STATE_DICT_CFGS:
             raise ValueError(
                 f'FSDP2Strategy: state_dict_cfg must be one of '

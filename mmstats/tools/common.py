@@ -15,8 +15,36 @@ from mmstats.tools.launcher import enable_config_scope
 
 __all__ = [
     'add_launch_arguments', 'parse_launch_args', 'load_config',
-    'each_warning_once'
+    'each_warning_once', 'note_exit'
 ]
+
+#: the file ``dist_train.sh`` / ``dist_test.sh`` read after torchrun ended
+EXIT_NOTE = 'MMSTATS_EXIT_NOTE'
+
+
+def note_exit(status: int, line: str) -> bool:
+    """Rank 0 (of the launch, before or without a process group) writes
+    ``status`` and ``line`` to the file the environment's
+    ``MMSTATS_EXIT_NOTE`` names: ``dist_train.sh`` and ``dist_test.sh`` exit
+    with that status and print that line last, after torchrun's own
+    summary (whose status is 1 for any failing process). Nothing without
+    the variable.
+
+    Returns:
+        bool: Whether the line was noted (the script then says it: the
+        caller need not).
+
+    Example:
+        >>> note_exit(75, 'stopped on SIGTERM')  # no MMSTATS_EXIT_NOTE here
+        False
+    """
+    path = os.environ.get(EXIT_NOTE)
+    rank = os.environ.get('RANK', os.environ.get('SLURM_PROCID', '0'))
+    if not path or int(rank) != 0:
+        return False
+    with open(path, 'w') as f:
+        f.write(f'{status} {line}\n')
+    return True
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,7 +13,8 @@ ordinary checkpoint file on one process, without a process group, and
 writes ``state_dict`` (full tensors, the model's own names) with the
 checkpoint's ``meta``: what ``load_from`` of any config (one GPU, another
 strategy) takes for fine-tuning or evaluation. The optimizer state is left
-out (``docs/checkpoints.md``).
+out (``docs/checkpoints.md``). A damaged checkpoint is refused in one line
+naming what is wrong, exit status 1.
 """
 import argparse
 import sys
@@ -39,8 +40,12 @@ def main(argv: Optional[list] = None) -> str:
     args = parser.parse_args(argv)
     from mmengine.runner.checkpoint import save_checkpoint
 
+    from mmstats.checkpoints import checkpoint_problem
     from mmstats.strategies import read_full_checkpoint
-    from mmstats.utils import allow_mmengine_checkpoints
+    from mmstats.utils import LaunchRefused, allow_mmengine_checkpoints
+    problem = checkpoint_problem(args.checkpoint)
+    if problem is not None:  # damaged: refused before anything reads it
+        raise LaunchRefused(f'checkpoint {args.checkpoint} {problem}')
     allow_mmengine_checkpoints()  # torch.load(weights_only=True) of a file
     checkpoint = read_full_checkpoint(args.checkpoint)
     save_checkpoint(

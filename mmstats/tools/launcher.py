@@ -22,7 +22,7 @@ from mmstats.utils import setup_launcher
 if TYPE_CHECKING:  # imported where used: importing changes nothing
     from mmengine.config import Config
 
-__all__ = ['build_runner', 'enable_config_scope']
+__all__ = ['build_runner', 'enable_config_scope', 'use_safe_checkpoints']
 
 
 def enable_config_scope() -> None:
@@ -70,13 +70,38 @@ def _distribution_installed(name: str) -> bool:
     return True
 
 
+def use_safe_checkpoints(cfg: 'Config') -> None:
+    """Put :class:`mmstats.CheckpointHook` (atomic saves, the older
+    checkpoint removed after the newer is complete, preemption) in place of
+    mmengine's ``CheckpointHook`` in ``default_hooks``, with the same
+    arguments. A config that names another checkpoint hook keeps it.
+
+    Example:
+        >>> cfg = dict(default_hooks=dict(checkpoint=dict(
+        ...     type='CheckpointHook', interval=1)))
+        >>> use_safe_checkpoints(cfg)
+        >>> cfg['default_hooks']['checkpoint']['type']
+        'mmstats.CheckpointHook'
+    """
+    hooks = cfg.get('default_hooks') or {}
+    checkpoint = hooks.get('checkpoint')
+    if not isinstance(checkpoint, dict):
+        return
+    kind = checkpoint.get('type')
+    if kind in ('CheckpointHook', 'mmengine.CheckpointHook') or (
+            isinstance(kind, type) and kind.__name__ == 'CheckpointHook'
+            and kind.__module__.startswith('mmengine')):
+        checkpoint['type'] = 'mmstats.CheckpointHook'
+
+
 def build_runner(cfg: 'Config') -> Any:
     """Build the runner of a config the OpenMMLab way, after
     :func:`setup_launcher`: ``RUNNERS.build(cfg)`` when the config sets
     ``runner_type`` (e.g. ``'FlexibleRunner'`` with a ``strategy``),
     ``Runner.from_cfg(cfg)`` otherwise. Without CUDA it sets
     ``DS_ACCELERATOR=cpu`` (unless set) before mmengine's runner module
-    imports DeepSpeed, which would otherwise guess and warn.
+    imports DeepSpeed, which would otherwise guess and warn. mmengine's
+    ``CheckpointHook`` becomes mmstats' (:func:`use_safe_checkpoints`).
 
     Args:
         cfg (Config): The config, with ``launcher`` set.
@@ -101,6 +126,7 @@ def build_runner(cfg: 'Config') -> Any:
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner  # registers Runner, FlexibleRunner
     setup_launcher(cfg)
+    use_safe_checkpoints(cfg)
     if 'runner_type' in cfg:  # OpenMMLab's launchers test the key alone
         return RUNNERS.build(cfg)
     return Runner.from_cfg(cfg)

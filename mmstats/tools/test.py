@@ -22,14 +22,15 @@ from typing import Optional
 from mmengine.config import Config
 from mmengine.dist import is_main_process
 
+from mmstats.hooks.checkpoint_hook import refuse_loaded_checkpoint
 from mmstats.strategies import (SCHEME, is_checkpoint_directory,
                                 register_consolidating_loader)
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
-                                  load_config, parse_launch_args)
+                                  load_config, note_exit, parse_launch_args)
 from mmstats.tools.entry import console_main, logged_failure
 from mmstats.tools.launcher import build_runner
-from mmstats.utils import (allow_mmengine_checkpoints, finish_distributed,
-                           registered_name)
+from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
+                           finish_distributed, registered_name)
 
 #: the strategies that load a sharded checkpoint directory themselves
 READS_DIRECTORIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')
@@ -75,6 +76,7 @@ def test(cfg: Config) -> dict:
     """Build the runner of ``cfg``, test, print the metrics on rank 0."""
     runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
     with logged_failure(runner):  # the reason in the run's .log
+        refuse_loaded_checkpoint(cfg)  # damaged: before anything loads it
         metrics = runner.test()
     if is_main_process():
         print(
@@ -95,8 +97,15 @@ def main(argv: Optional[list] = None) -> dict:
     """
     args = parse_args(argv)
     allow_mmengine_checkpoints()  # torch.load(weights_only=True)
-    with each_warning_once():  # per process: torch's, DeepSpeed's...
-        metrics = test(build_config(args))
+    try:
+        with each_warning_once():  # per process: torch's, DeepSpeed's...
+            metrics = test(build_config(args))
+    except LaunchRefused as exc:  # on every rank together: said once
+        line = f'tools/test.py: error: {exc}'
+        if not note_exit(1, line) and is_main_process():
+            print(line, file=sys.stderr, flush=True)  # else dist_test.sh
+        finish_distributed()
+        raise  # for torchrun's Root Cause (cli: exit status 1)
     # the runner is gone: its model wrapper's process groups die in
     # finish_distributed, not while the interpreter exits (an abort)
     finish_distributed()
@@ -112,7 +121,11 @@ def cli(argv: Optional[list] = None) -> int:
 
             mmstats-test CONFIG CKPT && echo evaluated
     """
-    return console_main(main, 'mmstats-test', argv)
+    return console_main(
+        main,
+        'mmstats-test',
+        argv,
+        quiet=lambda exc: isinstance(exc, LaunchRefused))
 
 
 if __name__ == '__main__':

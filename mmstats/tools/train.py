@@ -31,9 +31,11 @@ from mmengine.config import Config
 from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 
+from mmstats.checkpoints import Preempted, resume_choice
 from mmstats.hooks import RandomStateHook
+from mmstats.hooks.checkpoint_hook import refuse_loaded_checkpoint
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
-                                  load_config, parse_launch_args)
+                                  load_config, note_exit, parse_launch_args)
 from mmstats.tools.entry import console_main, logged_failure
 from mmstats.tools.launcher import build_runner
 from mmstats.tools.resume_check import ResumeScheduleCheck
@@ -71,13 +73,14 @@ def build_config(args: argparse.Namespace) -> Config:
     if args.amp:
         use_amp(cfg)
     if args.resume == 'auto':
-        latest = latest_checkpoint(cfg.work_dir)
+        latest, why = resume_choice(cfg.work_dir)
         cfg.resume = latest is not None
         cfg.load_from = latest
-        if latest is None:
-            say(f'--resume: no checkpoint to resume in {cfg.work_dir} (no '
-                'last_checkpoint naming an existing one): training from '
-                'scratch')
+        if why is not None:
+            say(f'--resume: {why}')
+        elif latest is None:
+            say(f'--resume: no checkpoint to resume in {cfg.work_dir}: '
+                'training from scratch')
     elif args.resume is not None:
         if not osp.exists(args.resume):  # a sharded one is a directory
             raise FileNotFoundError(
@@ -98,17 +101,6 @@ def say(message: str) -> None:
     """One line from the launch (rank 0's), not one per process."""
     if is_first_process():
         print(f'tools/train.py: {message}', file=sys.stderr, flush=True)
-
-
-def latest_checkpoint(work_dir: str) -> Optional[str]:
-    """The checkpoint mmengine's ``last_checkpoint`` file names in
-    ``work_dir``, if it exists (a file, or a sharded run's directory)."""
-    record = osp.join(work_dir, 'last_checkpoint')
-    if not osp.isfile(record):
-        return None
-    with open(record) as f:
-        path = f.read().strip()
-    return path if path and osp.exists(path) else None
 
 
 def use_amp(cfg: Config) -> None:
@@ -203,6 +195,8 @@ def train(cfg: Config) -> None:
     schedulers' ``end`` the checkpoint changes back warns once).
     """
     runner = build_runner(cfg)  # RUNNERS.build when runner_type is set
+    with logged_failure(runner):  # the reason in the run's .log
+        refuse_loaded_checkpoint(cfg)  # damaged: before anything loads it
     final_metrics = FinalMetricsHook()
     runner.register_hook(final_metrics)
     if not has_hook(cfg, 'RandomStateHook'):
@@ -231,10 +225,16 @@ def main(argv: Optional[list] = None) -> None:
             cfg = build_config(args)
             train(cfg)
     except LaunchRefused as exc:  # before any process trains: said once
-        say(f'error: {exc}')
+        if not note_exit(1, f'tools/train.py: error: {exc}'):
+            say(f'error: {exc}')  # else dist_train.sh says it, last
         if not is_first_process():  # torchrun ends the launch when one
             time.sleep(3)  # process exits: rank 0 says why first
         raise  # for torchrun's Root Cause (cli: exit status 1)
+    except Preempted as stop:  # every rank saved: a requeue resumes it
+        if not note_exit(stop.code, f'tools/train.py: {stop}'):
+            say(str(stop))
+        finish_distributed()
+        raise  # a SystemExit: cli's exit status 75
     # the runner is gone: its model wrapper's process groups die in
     # finish_distributed, not while the interpreter exits (an abort)
     finish_distributed()

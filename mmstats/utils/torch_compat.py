@@ -11,7 +11,7 @@ API) asks :func:`require_torch`, which refuses with the version it needs.
   before.
 - ``fully_shard``, ``FSDPModule``, ``MixedPrecisionPolicy`` in
   ``torch.distributed.fsdp``: 2.6; ``torch.distributed._composable.fsdp``
-  in 2.4 and 2.5; refused before.
+  in 2.4 and 2.5 (on GPUs only: it needs CUDA streams); refused before.
 - ``torch.compiler.is_compiling``: 2.3; ``torch._dynamo.is_compiling``
   before (once dynamo is imported).
 - ``torch.library.register_fake``: 2.4; ``impl_abstract`` in 2.2 and 2.3,
@@ -36,9 +36,9 @@ import torch
 
 __all__ = [
     'TORCH_VERSION', 'COMPILED_OPS', 'torch_at_least', 'require_torch',
-    'dtensor_class', 'fsdp_module_class', 'fully_shard_api',
-    'register_step_hooks', 'is_compiling', 'register_fake', 'foreach_norm',
-    'flop_registry', 'aminmax', 'default_store'
+    'require_cpu_fully_shard', 'dtensor_class', 'fsdp_module_class',
+    'fully_shard_api', 'register_step_hooks', 'is_compiling', 'register_fake',
+    'foreach_norm', 'flop_registry', 'aminmax', 'default_store'
 ]
 
 
@@ -103,6 +103,25 @@ def default_store() -> Optional[Any]:
         return None
     getter = getattr(dist.distributed_c10d, '_get_default_store', None)
     return getter() if getter is not None else None
+
+
+def require_cpu_fully_shard(feature: str) -> None:
+    """Raise RuntimeError naming ``feature`` and the torch it needs where
+    FSDP2 would run on the CPU (no CUDA) with torch < 2.6, whose
+    ``fully_shard`` uses CUDA streams even for CPU tensors (torch 2.4.1
+    trains until the first forward, then fails in "CUDA driver version is
+    insufficient").
+
+    Example:
+        >>> require_cpu_fully_shard('anything')  # torch >= 2.6 here
+    """
+    if not torch.cuda.is_available() and not torch_at_least('2.6'):
+        raise RuntimeError(
+            f'{feature} on the CPU needs torch >= 2.6 (found '
+            f'{torch.__version__}): the fully_shard of older torch uses CUDA '
+            'streams, and this machine has no CUDA. Upgrade torch, or use '
+            "mmstats.FSDPStrategy (FSDP1) or DDPStrategy here "
+            '(docs/compat.md).')
 
 
 def dtensor_class() -> type:

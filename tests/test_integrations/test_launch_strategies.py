@@ -233,7 +233,7 @@ def test_resume_with_nothing_to_resume_says_so_and_starts_fresh(
     said = capsys.readouterr().err
     assert said.count('no checkpoint to resume') == 1, said
     checkpoint = tmp_path / 'epoch_1.pth'
-    checkpoint.write_bytes(b'')
+    torch.save({'meta': {}}, str(checkpoint))  # an empty file is damaged
     (tmp_path / 'last_checkpoint').write_text(str(checkpoint))
     cfg = train.build_config(args)
     assert (cfg.resume, cfg.load_from) == (True, str(checkpoint))

@@ -130,3 +130,22 @@ def test_a_feature_refuses_naming_the_torch_it_needs():
             RuntimeError, match=r'FSDP2 needs torch >= 99\.0 \(found '):
         require_torch('99.0', 'FSDP2')
     assert torch_at_least('2.1') and not torch_at_least('99')
+
+
+def test_fsdp2_on_the_cpu_refuses_a_torch_before_2_6(monkeypatch):
+    """torch < 2.6's fully_shard uses CUDA streams: on a machine without
+    CUDA, FSDP2Strategy refuses at build, naming the torch it needs (torch
+    2.4.1 trained until the first forward, then died in "CUDA driver
+    version is insufficient")."""
+    from mmstats.strategies import FSDP2Strategy
+    from mmstats.utils import torch_compat
+    monkeypatch.setattr(torch_compat, 'torch_at_least',
+                        lambda version: version != '2.6')
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    with pytest.raises(
+            RuntimeError,
+            match=r'mmstats\.FSDP2Strategy '
+            r'\(fully_shard\) on the CPU needs torch >= 2\.6'):
+        FSDP2Strategy()
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    torch_compat.require_cpu_fully_shard('FSDP2')  # GPUs: torch 2.4 works
