@@ -12,6 +12,7 @@ Usage (from the repository root, with the test requirements installed)::
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -570,9 +571,49 @@ BUGS = [
 ]
 
 
+# A failure whose cause is one of these proves only that the plant broke
+# the code's import, syntax or names, not that a test checks the behaviour.
+NOT_CAUGHT_BY = ('ImportError', 'ModuleNotFoundError', 'SyntaxError',
+                 'IndentationError', 'NameError')
+
+
+def verdict(returncode: int, stdout: str) -> bool:
+    r"""Whether pytest's run caught a planted bug.
+
+    Caught means a test *failed*: pytest exited with 1 (tests failed) and its
+    summary counts at least one failure and no error. A collection error
+    (exit 2), an error in a fixture's set-up ("1 error") or a failure whose
+    cause is an import or syntax error (:data:`NOT_CAUGHT_BY`) proves
+    nothing about the behaviour the bug changes, and counts as missed.
+
+    Args:
+        returncode (int): pytest's exit status.
+        stdout (str): what pytest printed with ``-rfE``.
+
+    Returns:
+        bool: True when the bug counts as caught.
+
+    Example:
+        >>> verdict(1, 'FAILED t.py::a - AssertionError\n1 failed in 1s')
+        True
+        >>> verdict(2, 'ERROR t.py\n1 error in 1s')
+        False
+    """
+    if returncode != 1:
+        return False
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    summary = lines[-1] if lines else ''
+    if not re.search(r'\b\d+ failed\b', summary) or re.search(
+            r'\b\d+ errors?\b', summary):
+        return False
+    failed = [ln for ln in lines if ln.startswith('FAILED ')]
+    return bool(failed) and not all(
+        any(name in ln for name in NOT_CAUGHT_BY) for ln in failed)
+
+
 def plant(bug: Bug) -> Tuple[bool, float, str]:
     """Plant ``bug``, run its tests, restore. Returns (caught, seconds,
-    the last line pytest printed)."""
+    the last line pytest printed); caught as :func:`verdict` says."""
     path = os.path.join(ROOT, bug.path)
     with open(path) as f:
         original = f.read()
@@ -586,7 +627,7 @@ def plant(bug: Bug) -> Tuple[bool, float, str]:
         with open(path, 'w') as f:
             f.write(original.replace(bug.old, bug.new))
         proc = subprocess.run([
-            sys.executable, '-m', 'pytest', '-x', '-q', '-p',
+            sys.executable, '-m', 'pytest', '-x', '-q', '-rfE', '-p',
             'no:cacheprovider', *bug.tests
         ],
                               cwd=ROOT,
@@ -597,7 +638,7 @@ def plant(bug: Bug) -> Tuple[bool, float, str]:
         with open(path, 'w') as f:
             f.write(original)
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    return proc.returncode != 0, time.monotonic() - start, (
+    return verdict(proc.returncode, proc.stdout), time.monotonic() - start, (
         lines[-1] if lines else proc.stderr[-300:])
 
 
