@@ -38,8 +38,8 @@ def _pytest(tmp_path, name, source):
 
 
 def test_only_a_failing_assertion_counts_as_caught(tmp_path):
-    assert PLANTED.verdict(*_pytest(tmp_path, 'test_a.py',
-                                    'def test_a():\n    assert 1 == 2\n'))
+    assert PLANTED.verdict(
+        *_pytest(tmp_path, 'test_a.py', 'def test_a():\n    assert 1 == 2\n'))
     # a plant that breaks the import: pytest exits with 2, nothing failed
     code, out = _pytest(tmp_path, 'test_b.py', 'import no_such_module_x\n')
     assert code == 2 and not PLANTED.verdict(code, out)

@@ -570,7 +570,6 @@ BUGS = [
         'if self._spike_names(name)', ('tests/test_health/test_policy.py', )),
 ]
 
-
 # A failure whose cause is one of these proves only that the plant broke
 # the code's import, syntax or names, not that a test checks the behaviour.
 NOT_CAUGHT_BY = ('ImportError', 'ModuleNotFoundError', 'SyntaxError',
