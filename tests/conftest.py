@@ -72,6 +72,8 @@ def pytest_configure(config):
         ('slow', 'starts Python subprocesses or compiles (torch.compile)'),
         ('checkpoint_matrix', 'the launches of test_checkpoints.py (make '
          'test-checkpoints; not in make test)'),
+        ('benchmarks', 'smoke runs of tools/benchmarks (make '
+         'test-benchmarks; not in make test)'),
     ):
         config.addinivalue_line('markers', f'{name}: {doc}')
     if os.environ['TORCHINDUCTOR_CACHE_DIR'] == INDUCTOR_CACHE:
