@@ -35,8 +35,9 @@ from mmstats.hooks import RandomStateHook
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, parse_launch_args)
 from mmstats.tools.launcher import build_runner
-from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
-                           finish_distributed, registered_name)
+from mmstats.utils import (LaunchRefused, abort_distributed,
+                           allow_mmengine_checkpoints, finish_distributed,
+                           registered_name)
 
 __all__ = ['main']
 
@@ -225,6 +226,9 @@ def main(argv: Optional[list] = None) -> None:
         if not is_first_process():  # torchrun ends the launch when one
             time.sleep(3)  # process exits: rank 0 says why first
         sys.exit(1)
+    except BaseException:  # the process groups are the launcher's: ended
+        abort_distributed()  # here, no rank waits for this one in vain
+        raise
     # the runner is gone: its model wrapper's process groups die in
     # finish_distributed, not while the interpreter exits (an abort)
     finish_distributed()

@@ -14,7 +14,8 @@ arguments of the strategy's wrapper. One process with a sharding strategy
 (FSDP, FSDP2, DeepSpeed) gets a process group of one. A config that names a
 ``strategy`` without ``runner_type`` is refused (:func:`check_runner_type`):
 ``Runner`` ignores ``strategy`` and would train plain DDP.
-:func:`finish_distributed` ends the groups at the end of a script.
+:func:`finish_distributed` ends the groups at the end of a script,
+:func:`abort_distributed` after an error.
 Building the runner is the launchers' (:mod:`mmstats.tools.launcher`).
 """
 import gc
@@ -480,3 +481,27 @@ def finish_distributed() -> None:
     gc.collect()  # a dropped Runner's cycles: its groups' last references
     dist.barrier()
     dist.destroy_process_group()
+
+
+def abort_distributed() -> None:
+    """End this rank's process groups after an error, without a collective:
+    ``destroy_process_group()`` (no barrier: the other ranks may be waiting
+    in another collective, or gone). Their pending gloo operations then
+    fail with "Connection closed by peer" instead of waiting until the
+    group's timeout. Nothing without an initialised group.
+
+    The launcher's, never a library's: mmstats' ``tools/train.py`` calls it
+    when an exception leaves training (:func:`finish_distributed` ends a
+    run that finished).
+
+    Example:
+        .. code-block:: python
+
+            try:
+                train(cfg)
+            except BaseException:
+                abort_distributed()
+                raise
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
