@@ -7,6 +7,6 @@ from .launch_setup import (LaunchRefused, abort_distributed, check_checkpoints,
 
 __all__ = [
     'LaunchRefused', 'abort_distributed', 'allow_mmengine_checkpoints',
-    'check_checkpoints', 'check_runner_type', 'finish_distributed', 'init_cpu_distributed',
-    'registered_name', 'setup_launcher'
+    'check_checkpoints', 'check_runner_type', 'finish_distributed',
+    'init_cpu_distributed', 'registered_name', 'setup_launcher'
 ]
