@@ -11,7 +11,7 @@ sequence of the first epoch. ``RandomStateHook`` (``docs/checkpoints.md``)
 uses these functions.
 """
 import random
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -58,14 +58,20 @@ def restore_random_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
-def gather_states() -> List[dict]:
-    """Every rank's :func:`capture_random_state`, in rank order, on every
-    rank (one ``all_gather_object``; all ranks must call it). One process:
-    a list of one.
+def gather_states(state: Optional[dict] = None) -> List[dict]:
+    """Every rank's ``state`` (default: :func:`capture_random_state` now),
+    in rank order, on every rank (one ``all_gather_object``; all ranks
+    must call it). One process: a list of one.
+
+    Args:
+        state (dict, optional): This rank's states to gather instead of the
+            generators' current ones (e.g. those validation set aside).
+            Defaults to None.
 
     Example:
         >>> len(gather_states())
         1
     """
     from mmengine.dist import all_gather_object
-    return all_gather_object(capture_random_state())
+    return all_gather_object(capture_random_state() if state is
+                             None else state)

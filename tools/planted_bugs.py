@@ -577,6 +577,11 @@ BUGS = [
         '        raise RuntimeError(',
         ('tests/test_precise_bn/test_sharded.py::'
          'test_a_forward_failing_on_one_rank_raises_everywhere', )),
+    Bug(
+        'RS1', "a best checkpoint carrying validation's generator states "
+        "instead of training's", 'mmstats/hooks/random_state_hook.py',
+        'gather_states(hook._before_val)', 'gather_states()',
+        ('tests/test_hooks/test_random_state_hook.py', )),
 ]
 
 # A failure whose cause is one of these proves only that the plant broke
