@@ -18,7 +18,7 @@ from mmstats.utils.torch_compat import COMPILED_OPS, torch_at_least
 ROOT = pathlib.Path(mmstats.__file__).parent
 # Modules that run when imported (opt-in ``custom_imports`` targets): their
 # examples are code blocks, checked by the docs build, not run here.
-IMPORT_TIME = {'mmstats.utils.allow_checkpoints', 'mmstats.utils.cpu_dist'}
+IMPORT_TIME = {'mmstats.launch.allow_checkpoints', 'mmstats.launch.cpu_dist'}
 MODULES = sorted('.'.join(p.relative_to(ROOT.parent).with_suffix('').parts)
                  for p in ROOT.rglob('*.py')
                  if p.name != '__init__.py') + ['mmstats']

@@ -32,12 +32,12 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 
 from mmstats.hooks import RandomStateHook
+from mmstats.launch import (LaunchRefused, abort_distributed,
+                            allow_mmengine_checkpoints, finish_distributed,
+                            registered_name)
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, parse_launch_args)
 from mmstats.tools.launcher import build_runner
-from mmstats.utils import (LaunchRefused, abort_distributed,
-                           allow_mmengine_checkpoints, finish_distributed,
-                           registered_name)
 
 __all__ = ['main']
 

@@ -14,9 +14,9 @@ from mmengine.logging import MessageHub
 from mmengine.runner import EpochBasedTrainLoop, Runner
 
 from mmstats.hooks import RandomStateHook
+from mmstats.launch import allow_mmengine_checkpoints
 from mmstats.random_state import (capture_random_state, gather_states,
                                   restore_random_state)
-from mmstats.utils import allow_mmengine_checkpoints
 from tests.helpers.runner import toy_cfg
 
 ITERS = 10  # 160 samples, batch 16

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 from mmengine.config import Config
 
+from mmstats.launch import (LaunchRefused, check_checkpoints,
+                            check_runner_type, setup_launcher)
 from mmstats.tools.launcher import build_runner
-from mmstats.utils import (LaunchRefused, check_checkpoints, check_runner_type,
-                           setup_launcher)
 from tests.helpers.launch import launch
 from tests.helpers.torch_versions import DEEPSPEED
 from tests.test_integrations.test_tools_exit import load_tool

@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch import nn
 
+from mmstats.launch import abort_distributed
 from mmstats.precise_bn import update_bn_stats
-from mmstats.utils import abort_distributed
 from mmstats.utils.torch_compat import fully_shard_api
 from tests.helpers.dist import run_distributed
 from .refs import assert_stats, bn_inputs, make_batches

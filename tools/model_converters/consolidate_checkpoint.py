@@ -15,8 +15,8 @@ out (``docs/checkpoints.md``).
 import argparse
 import sys
 
+from mmstats.launch import allow_mmengine_checkpoints
 from mmstats.strategies import read_full_checkpoint
-from mmstats.utils import allow_mmengine_checkpoints
 
 
 def main(argv=None) -> str:
