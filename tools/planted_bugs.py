@@ -141,7 +141,7 @@ BUGS = [
         'mmstats/module_stats/steps.py',
         "'_step_supports_amp_scaling', False):",
         "'_no_such_attribute', False):",
-        ('tests/test_hooks/test_module_stats_fused.py', )),
+        ('tests/test_module_stats/test_module_stats_fused.py', )),
     Bug('B21', 'a skipped one-sample batch leaking its counts',
         'mmstats/precise_bn/update.py',
         'self.recorder.counts[:] = [0] * len(self.recorder.counts)', 'pass',
@@ -167,7 +167,7 @@ BUGS = [
         'empty', 'return None', ('tests/test_sharded.py', )),
     Bug('S5', 'gradients read after clipping', 'mmstats/module_stats/steps.py',
         "if getattr(optim_wrapper, 'clip_grad_kwargs', None):", 'if False:',
-        ('tests/test_hooks/test_module_stats_clip.py', )),
+        ('tests/test_module_stats/test_module_stats_clip.py', )),
     Bug('S6', 'ZeRO-3 partitions read with their padding',
         'mmstats/sharding.py', 'return max(0, min(part, p.ds_numel - start))',
         'return part', ('tests/test_sharded.py', )),
@@ -282,7 +282,7 @@ BUGS = [
         'mmstats/module_stats/optimizer_state.py',
         'foreach_norm(values, 1, torch.float64)',
         'foreach_norm(values, 2, torch.float64)',
-        ('tests/test_hooks/test_module_stats_optimizer.py', )),
+        ('tests/test_module_stats/test_module_stats_optimizer.py', )),
     Bug('OS2', "FSDP1 flat optimizer state cut at the shard's start",
         'mmstats/sharding.py',
         '(lambda tensor, a=start, b=stop: _flat(tensor)[a:b])',
@@ -291,7 +291,7 @@ BUGS = [
     Bug('OS3', 'absent optimizer states published (as zeros)',
         'mmstats/module_stats/optimizer_state.py',
         "if row(f'{state}:count', segment) == 0:", 'if False:',
-        ('tests/test_hooks/test_module_stats_optimizer.py', )),
+        ('tests/test_module_stats/test_module_stats_optimizer.py', )),
     Bug(
         'NF1', 'the watch stamps the last noted iteration of a batch, not '
         'the first', 'mmstats/health/nonfinite.py',
@@ -361,7 +361,7 @@ BUGS = [
         'mmstats/module_stats/steps.py',
         'optim_wrapper.step = functools.wraps(self._step)(step)',
         'optim_wrapper.step = step',
-        ('tests/test_hooks/test_module_stats_deepspeed_warnings.py', )),
+        ('tests/test_module_stats/test_module_stats_deepspeed_warnings.py', )),
     Bug(
         'AM6', "removing the DeepSpeed step wrapper deletes the schedulers' "
         'step too', 'mmstats/module_stats/steps.py',
@@ -370,7 +370,7 @@ BUGS = [
         '            else:\n'
         '                del self.optim_wrapper.step',
         '            del self.optim_wrapper.step',
-        ('tests/test_hooks/test_module_stats_deepspeed_warnings.py', )),
+        ('tests/test_module_stats/test_module_stats_deepspeed_warnings.py', )),
     Bug(
         'S11', "sharded precise BN's agreement counting the samples seen "
         'before the current batch (a batch too many)',
@@ -428,7 +428,7 @@ BUGS = [
         'float64_dots(grads, values), segments, num_segments)',
         'torch.stack([(g * v).sum(dtype=torch.float64) for g, v in '
         'zip(grads, values)]), segments, num_segments)',
-        ('tests/test_hooks/test_module_stats_optimizer_float64.py', )),
+        ('tests/test_module_stats/test_module_stats_optimizer_float64.py', )),
     # importing or building a hook changes nothing process-wide
     Bug(
         'IM1', 'mmengine.runner imported with the hooks (DeepSpeed, then '
@@ -460,11 +460,11 @@ BUGS = [
         'module.forward(x), or a ModuleList)',
         'mmstats/hooks/module_stats_hook.py',
         '        self._warn_unseen(runner)\n', '',
-        ('tests/test_hooks/test_module_stats_unseen.py', )),
+        ('tests/test_module_stats/test_module_stats_unseen.py', )),
     Bug('MU2', 'the unseen-module warning repeated at every publication',
         'mmstats/hooks/module_stats_hook.py',
         '        self._warned_unseen.update(unseen)\n', '',
-        ('tests/test_hooks/test_module_stats_unseen.py', )),
+        ('tests/test_module_stats/test_module_stats_unseen.py', )),
     # checkpoints a sharded run can trust (docs/checkpoints.md)
     Bug(
         'CK1', "FSDP2's checkpoint: model.state_dict() (rank 0's DTensor "
@@ -531,7 +531,7 @@ BUGS = [
     Bug('LA1', "the launchers do not register the mmstats:: config scope",
         'mmstats/tools/launcher.py',
         "    utils.MODULE2PACKAGE.setdefault('mmstats', 'mmstats')",
-        '    pass', ('tests/test_integrations/test_launch_strategies.py::'
+        '    pass', ('tests/test_launch/test_setup_strategies.py::'
                      'test_the_launcher_resolves_mmstats_fragments', )),
     Bug('WR1', "the log line names the smallest update ratio's module",
         'mmstats/module_stats/summary.py',
