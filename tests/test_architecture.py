@@ -26,7 +26,9 @@ def table(heading: str) -> list:
             if rows:
                 break
             continue
-        cells = [c.strip().replace('`', '') for c in line.strip('|').split('|')]
+        cells = [
+            c.strip().replace('`', '') for c in line.strip('|').split('|')
+        ]
         if not set(''.join(cells)) <= set('-: '):
             rows.append(cells)
     return rows[1:]  # the header off
@@ -43,8 +45,9 @@ def own_registries() -> dict:
 
 def test_the_layer_table_is_test_layerings():
     rows = table('Layers, lowest first')
-    documented = [tuple(u.strip() for u in units.split(','))
-                  for _, units in rows]
+    documented = [
+        tuple(u.strip() for u in units.split(',')) for _, units in rows
+    ]
     assert documented == [tuple(units) for units in LAYERS]
     assert [int(layer) for layer, _ in rows] == list(range(len(LAYERS)))
 
@@ -103,7 +106,10 @@ def covered_modules(package: str) -> set:
                 continue
             module = importlib.import_module(node.module)
             for alias in node.names:
-                obj = getattr(module, alias.name)
+                obj = getattr(module, alias.name, None)
+                if obj is None:  # a submodule not imported by its package
+                    obj = importlib.import_module(
+                        f'{node.module}.{alias.name}')
                 defined = getattr(obj, '__module__', None) or getattr(
                     obj, '__name__', '')
                 covered.add(defined)

@@ -470,7 +470,8 @@ BUGS = [
         'CK1', "FSDP2's checkpoint: model.state_dict() (rank 0's DTensor "
         'shards pickled as the model)', 'mmstats/strategies/state_dicts.py',
         'return get_model_state_dict(\n'
-        '            self.model, options=self._options(self.full_state_dict))',
+        '            self.model,\n'
+        "            options=self._options(self.checkpoint_format == 'full'))",
         'return self.model.state_dict()',
         ('tests/test_strategies/test_sharded_checkpointing.py', )),
     Bug('CK2', 'no check of what a one-file checkpoint is about to write',
@@ -479,8 +480,8 @@ BUGS = [
         ('tests/test_strategies/test_sharded_checkpointing.py', )),
     Bug('CK3', 'the optimizer state not resumed from a sharded checkpoint',
         'mmstats/strategies/state_dicts.py',
-        'with_optimizer=resume_optimizer, strict=True)',
-        'with_optimizer=False, strict=True)',
+        'filename, with_optimizer=with_optimizer, strict=strict)',
+        'filename, with_optimizer=False, strict=strict)',
         ('tests/test_strategies/test_sharded_checkpointing.py', )),
     Bug(
         'CK4', 'random states saved but not restored at resume (mmengine '
@@ -539,7 +540,7 @@ BUGS = [
         '            if largest is None or key < largest[0]:',
         ('tests/test_hooks/test_what_a_person_reads.py', )),
     Bug('WR2', 'scalars.json gets a record per writer again',
-        'mmstats/utils/step_records.py',
+        'mmstats/publish/step_records.py',
         '        index = None if not lines else self._joinable(record)',
         '        index = None',
         ('tests/test_hooks/test_what_a_person_reads.py', )),

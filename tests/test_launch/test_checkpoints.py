@@ -19,6 +19,8 @@ from tests.helpers.torch_versions import torch_at_least
     not torch_at_least('2.4'), reason='add_safe_globals is torch >= 2.4')
 def test_mmengine_objects_load_with_weights_only():
     allow_mmengine_checkpoints()
+    # what a config's custom_imports does (idempotent: allowed already)
+    from mmstats.launch import allow_checkpoints  # noqa: F401
     buffer = HistoryBuffer()
     buffer.update(1.5)
     blob = io.BytesIO()
