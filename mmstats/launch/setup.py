@@ -23,7 +23,7 @@ import inspect
 import os
 import subprocess
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -151,6 +151,26 @@ def registered_name(cfg: dict) -> str:
     return _base_name(_type_name(cfg))
 
 
+class _Strategy(NamedTuple):
+    """The config's ``strategy``, read once: the dict itself (edits reach
+    the config), its registered name and its model wrapper's."""
+    cfg: Optional[dict]
+    name: str
+    wrapper_name: str
+    shown: Any  # its type as the config writes it (None: no strategy)
+
+
+def _read_strategy(cfg: 'Union[Config, dict]') -> _Strategy:
+    strategy = cfg.get('strategy')
+    if not isinstance(strategy, dict):
+        return _Strategy(None, '', '', strategy)
+    wrapper = strategy.get('model_wrapper')
+    return _Strategy(
+        strategy, registered_name(strategy),
+        registered_name(wrapper) if isinstance(wrapper, dict) else '',
+        _type_name(strategy))
+
+
 def is_flexible_runner(runner_type: Any) -> bool:
     """Whether ``runner_type`` (a config's: a registered name or a class)
     is mmengine's ``FlexibleRunner`` or a subclass of it, the runners that
@@ -195,26 +215,22 @@ def check_runner_type(cfg: 'Union[Config, dict]',
         ...
         mmstats.launch.setup.LaunchRefused: the config sets ...
     """
-    strategy = cfg.get('strategy')
     if runner_type is None:
         runner_type = cfg.get('runner_type')
-    if strategy is None or is_flexible_runner(runner_type):
+    _refuse_runner_type(
+        _read_strategy(cfg), is_flexible_runner(runner_type), runner_type)
+
+
+def _refuse_runner_type(read: _Strategy, flexible: bool,
+                        runner_type: Any) -> None:
+    if read.shown is None or flexible:
         return
-    shown = _type_name(strategy) if isinstance(strategy, dict) else strategy
+    shown = read.shown
     raise LaunchRefused(
         f'the config sets strategy={shown} but runner_type is '
         f'{runner_type!r}: mmengine\'s Runner ignores `strategy` and would '
         "train plain DDP. Add runner_type = 'FlexibleRunner' to the config "
         '(configs/_base_/strategies/ do), or remove `strategy`.')
-
-
-def _needs_process_group(cfg: 'Union[Config, dict]') -> bool:
-    """Whether the config's strategy wraps the model in something that
-    needs a process group, also on one process (DDP, FSDP1, FSDP2,
-    DeepSpeed)."""
-    strategy = cfg.get('strategy')
-    return isinstance(strategy, dict) and _base_name(
-        _type_name(strategy)) in GROUP_STRATEGIES
 
 
 def _free_port() -> str:
@@ -244,20 +260,20 @@ def _cpu_ddp_wrapper(cfg: 'Union[Config, dict]') -> dict:
         find_unused_parameters=cfg.get('find_unused_parameters', False))
 
 
-def _cpu_strategy(cfg: 'Union[Config, dict]') -> None:
+def _cpu_strategy(cfg: 'Union[Config, dict]', read: _Strategy) -> None:
     """Set the CPU arguments of a FlexibleRunner's strategy: DDP's
     ``device_ids=None``, FSDP1's ``device_id='cpu'``; DeepSpeed gets its
     CPU accelerator and a gloo group through ``deepspeed.init_distributed``.
     """
-    strategy = cfg.get('strategy')
+    strategy, name = read.cfg, read.name
     if strategy is None:  # FlexibleRunner's own default under a launcher
-        strategy = cfg['strategy'] = dict(type='DDPStrategy')
-    name = _base_name(_type_name(strategy))
+        cfg['strategy'] = dict(type='DDPStrategy')
+        strategy, name = cfg['strategy'], 'DDPStrategy'  # a Config copies
     if name == 'DDPStrategy':
         wrapper = strategy.get('model_wrapper')
         if wrapper is None:
             strategy['model_wrapper'] = _cpu_ddp_wrapper(cfg)
-        elif _base_name(_type_name(wrapper)) == 'MMDistributedDataParallel':
+        elif read.wrapper_name == 'MMDistributedDataParallel':
             wrapper.setdefault('device_ids', None)
     elif name == 'FSDPStrategy':
         # a Config copies what setdefault stores: set, then read back
@@ -285,13 +301,14 @@ def _import_deepspeed() -> Any:
     return deepspeed
 
 
-def _deepspeed_optim_wrapper(cfg: 'Union[Config, dict]') -> None:
+def _deepspeed_optim_wrapper(cfg: 'Union[Config, dict]',
+                             read: _Strategy) -> None:
     """Turn the config's own ``optim_wrapper`` into DeepSpeed's: the type
     becomes ``DeepSpeedOptimWrapper`` (DeepSpeed runs backward and step) and
     ``clip_grad=dict(max_norm=X)`` becomes ``strategy.gradient_clipping``.
     What DeepSpeed cannot take is refused with the setting to use."""
-    strategy = cfg['strategy']
-    if _base_name(_type_name(strategy)) != 'DeepSpeedStrategy':
+    strategy = read.cfg
+    if read.name != 'DeepSpeedStrategy':
         return
     optim = cfg.get('optim_wrapper')
     if not isinstance(optim, dict):
@@ -358,20 +375,21 @@ def check_checkpoints(cfg: 'Union[Config, dict]') -> None:
         ...
         mmstats.launch.setup.LaunchRefused: resume=True (--resume) ...
     """
-    strategy = cfg.get('strategy')
-    if not isinstance(strategy, dict):
+    _refuse_checkpoints(_read_strategy(cfg), cfg.get('resume'))
+
+
+def _refuse_checkpoints(read: _Strategy, resume: Any) -> None:
+    strategy = read.cfg
+    if strategy is None:
         return
-    name = _base_name(_type_name(strategy))
-    wrapper = strategy.get('model_wrapper')
-    if name == 'DDPStrategy' and isinstance(wrapper, dict) and _base_name(
-            _type_name(wrapper)) == 'FullyShard':
+    if read.name == 'DDPStrategy' and read.wrapper_name == 'FullyShard':
         raise LaunchRefused(
             "strategy=DDPStrategy with model_wrapper=mmstats.FullyShard: "
             "mmengine's DDPStrategy saves rank 0's shard of every FSDP2 "
             "weight as the whole weight. Use strategy=dict(type='mmstats."
             "FSDP2Strategy', model_wrapper=dict(blocks=...)) "
             '(configs/_base_/strategies/fsdp2.py).')
-    if cfg.get('resume') and _is_mmengine_fsdp(strategy):
+    if resume and _is_mmengine_fsdp(strategy):
         raise LaunchRefused(
             "resume=True (--resume) under mmengine's FSDPStrategy: "
             'mmengine 0.10.7 cannot load FSDP1 optimizer state with torch '
@@ -429,17 +447,20 @@ def setup_launcher(cfg: 'Union[Config, dict]',
             setup_launcher(cfg)         # gloo group, CPU DDP wrapper
             runner = Runner.from_cfg(cfg)
     """
+    # the config read once: what follows decides from these
     launcher = cfg.get('launcher', 'none')
     if launcher not in LAUNCHERS:
         raise LaunchRefused(
             f'launcher must be one of {LAUNCHERS}, got {launcher!r}')
-    check_runner_type(cfg, runner_type)
-    flexible = is_flexible_runner(runner_type or cfg.get('runner_type'))
-    check_checkpoints(cfg)
-    if flexible and cfg.get('strategy') is not None:
-        _deepspeed_optim_wrapper(cfg)
-    if launcher == 'none' and flexible and _needs_process_group(cfg):
-        _one_process_group(cfg)
+    runner_type = runner_type or cfg.get('runner_type')
+    flexible = is_flexible_runner(runner_type)
+    strategy = _read_strategy(cfg)
+    _refuse_runner_type(strategy, flexible, runner_type)
+    _refuse_checkpoints(strategy, cfg.get('resume'))
+    if flexible and strategy.cfg is not None:
+        _deepspeed_optim_wrapper(cfg, strategy)
+    if launcher == 'none' and flexible and strategy.name in GROUP_STRATEGIES:
+        _one_process_group(cfg)  # a process group of one
         launcher = 'pytorch'
     if launcher == 'none' or torch.cuda.is_available():
         return
@@ -449,7 +470,7 @@ def setup_launcher(cfg: 'Union[Config, dict]',
     dist_cfg['backend'] = 'gloo'
     init_cpu_distributed(launcher, dist_cfg.get('timeout', 1800))
     if flexible:
-        _cpu_strategy(cfg)
+        _cpu_strategy(cfg, strategy)
     elif cfg.get('model_wrapper_cfg') is None:
         cfg['model_wrapper_cfg'] = _cpu_ddp_wrapper(cfg)
 

@@ -263,3 +263,31 @@ def test_the_launcher_resolves_mmstats_fragments(tmp_path):
     cfg = train.build_config(train.parse_args([str(child)]))
     assert cfg.strategy.type == 'mmstats.FSDP2Strategy'
     assert cfg.runner_type == 'FlexibleRunner'
+
+
+class _CountingConfig(dict):
+    """A config that counts the reads of its ``strategy``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.strategy_reads = 0
+
+    def get(self, key, default=None):
+        self.strategy_reads += key == 'strategy'
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.strategy_reads += key == 'strategy'
+        return super().__getitem__(key)
+
+
+def test_setup_launcher_reads_the_strategy_once(monkeypatch):
+    from mmstats.launch import setup as launch_setup
+    monkeypatch.setattr(launch_setup, 'GROUP_STRATEGIES', ())  # no group
+    cfg = _CountingConfig(
+        launcher='none',
+        runner_type='FlexibleRunner',
+        strategy=dict(type='mmstats.FSDPStrategy', state_dict_cfg='full'),
+        resume=False)
+    setup_launcher(cfg)
+    assert cfg.strategy_reads == 1
