@@ -21,7 +21,7 @@ TEST_PATHS := tests projects/digits_demo/tests
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: install demo test test-checkpoints test-preemption test-quick test-gpu lint docs benchmark clean
+.PHONY: install demo test test-checkpoints test-preemption test-benchmarks test-quick test-gpu lint docs benchmark clean
 
 # The demo's environment: the pinned requirements first, then mmstats and
 # the demo as editable packages (their requirements are those files; no
@@ -63,7 +63,7 @@ demo: $(VENV)/.installed-demo
 # `make test-checkpoints`; .ci/run runs both, and the ends of the version
 # matrix (`make test-ends`).
 test: install
-	$(PYTEST) -m "not checkpoint_matrix and not preemption_matrix" $(TEST_PATHS)
+	$(PYTEST) -m "not checkpoint_matrix and not preemption_matrix and not benchmarks" $(TEST_PATHS)
 
 test-checkpoints: install
 	$(PYTEST) -m checkpoint_matrix $(TEST_PATHS)
@@ -73,6 +73,12 @@ test-checkpoints: install
 # beyond .ci/run's 15 minutes, run it where checkpoints change.
 test-preemption: install
 	$(PYTEST) -m preemption_matrix $(TEST_PATHS)
+
+# Every script of tools/benchmarks at a tiny size (--smoke): exits 0 and
+# prints its figure lines (tests/test_tools/test_benchmarks.py). A process
+# each, most training the demo: minutes of CPU, so not in make test.
+test-benchmarks: install
+	$(PYTEST) -m benchmarks $(TEST_PATHS)
 
 # The inner loop: single-process unit tests (no Runner, no gloo ranks, no
 # subprocesses, no torch.compile); markers set in tests/conftest.py.

@@ -8,7 +8,7 @@ on first use: a config's ``type='mmstats.X'`` imports them through the
 ``mmstats`` registry's locations, and ``mmstats.StatsCollectorHook`` (or
 ``import mmstats.hooks``) imports them here. Resuming mmengine checkpoints
 under ``torch.load(weights_only=True)`` is an explicit opt-in:
-:func:`mmstats.utils.allow_mmengine_checkpoints`.
+:func:`mmstats.launch.allow_mmengine_checkpoints`.
 """
 # first: an old torch or mmengine fails here, naming the version needed
 from .utils import compat  # isort: skip  # noqa: F401

@@ -62,9 +62,14 @@ def restore_random_state(state: dict) -> None:
 
 
 def gather_states(state: Optional[dict] = None) -> List[dict]:
-    """Every rank's :func:`capture_random_state` (or ``state``, captured
-    earlier), in rank order, on every rank (one ``all_gather_object``; all
-    ranks must call it). One process: a list of one.
+    """Every rank's ``state`` (default: :func:`capture_random_state` now),
+    in rank order, on every rank (one ``all_gather_object``; all ranks
+    must call it). One process: a list of one.
+
+    Args:
+        state (dict, optional): This rank's states to gather instead of the
+            generators' current ones (e.g. those validation set aside).
+            Defaults to None.
 
     Example:
         >>> len(gather_states())

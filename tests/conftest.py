@@ -74,6 +74,8 @@ def pytest_configure(config):
          'test-checkpoints; not in make test)'),
         ('preemption_matrix', 'the launches of test_preemption.py (make '
          'test-preemption; not in make test nor .ci/run)'),
+        ('benchmarks', 'smoke runs of tools/benchmarks (make '
+         'test-benchmarks; not in make test)'),
     ):
         config.addinivalue_line('markers', f'{name}: {doc}')
     if os.environ['TORCHINDUCTOR_CACHE_DIR'] == INDUCTOR_CACHE:

@@ -9,6 +9,7 @@ import mmengine.runner  # noqa: F401  (see below)
 import pytest
 
 import mmstats
+from mmstats.utils.moved import MOVED
 from mmstats.utils.torch_compat import COMPILED_OPS, torch_at_least
 
 # mmengine.runner is imported before the examples run: an installed
@@ -18,7 +19,10 @@ from mmstats.utils.torch_compat import COMPILED_OPS, torch_at_least
 ROOT = pathlib.Path(mmstats.__file__).parent
 # Modules that run when imported (opt-in ``custom_imports`` targets): their
 # examples are code blocks, checked by the docs build, not run here.
-IMPORT_TIME = {'mmstats.utils.allow_checkpoints', 'mmstats.utils.cpu_dist'}
+IMPORT_TIME = {'mmstats.launch.allow_checkpoints', 'mmstats.launch.cpu_dist'}
+# The old paths of moved modules: aliases of their new module (which is
+# checked under its own name), each warning when imported
+IMPORT_TIME |= set(MOVED)
 MODULES = sorted('.'.join(p.relative_to(ROOT.parent).with_suffix('').parts)
                  for p in ROOT.rglob('*.py')
                  if p.name != '__init__.py') + ['mmstats']

@@ -243,6 +243,7 @@ LAYERS = (
     ('mmstats.module_stats', ),
     ('mmstats.publish', ),  # what the hooks share of a Runner: no hook
     ('mmstats.hooks', 'mmstats.strategies'),  # the Runner-facing ones
+    ('mmstats.launch', ),  # the launcher's set-up; the mmengine patches
     ('mmstats.analysis', ),  # the figures of a work dir (matplotlib)
     ('mmstats.tools', ),  # the launchers
 )

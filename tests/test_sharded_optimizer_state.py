@@ -19,7 +19,7 @@ from mmstats.utils.torch_compat import register_step_hooks
 from tests.helpers.dist import run_distributed
 from tests.helpers.flexible import use_strategy
 from tests.helpers.runner import read_scalars
-from tests.test_hooks.test_module_stats_optimizer import reference
+from tests.test_module_stats.test_module_stats_optimizer import reference
 from tests.test_sharded import MODULES, PUBLISHED, TARGETS, shard_toy_cfg
 
 STATS = {

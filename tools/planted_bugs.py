@@ -12,6 +12,7 @@ Usage (from the repository root, with the test requirements installed)::
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -140,7 +141,7 @@ BUGS = [
         'mmstats/module_stats/steps.py',
         "'_step_supports_amp_scaling', False):",
         "'_no_such_attribute', False):",
-        ('tests/test_hooks/test_module_stats_fused.py', )),
+        ('tests/test_module_stats/test_module_stats_fused.py', )),
     Bug('B21', 'a skipped one-sample batch leaking its counts',
         'mmstats/precise_bn/update.py',
         'self.recorder.counts[:] = [0] * len(self.recorder.counts)', 'pass',
@@ -166,7 +167,7 @@ BUGS = [
         'empty', 'return None', ('tests/test_sharded.py', )),
     Bug('S5', 'gradients read after clipping', 'mmstats/module_stats/steps.py',
         "if getattr(optim_wrapper, 'clip_grad_kwargs', None):", 'if False:',
-        ('tests/test_hooks/test_module_stats_clip.py', )),
+        ('tests/test_module_stats/test_module_stats_clip.py', )),
     Bug('S6', 'ZeRO-3 partitions read with their padding',
         'mmstats/sharding.py', 'return max(0, min(part, p.ds_numel - start))',
         'return part', ('tests/test_sharded.py', )),
@@ -281,7 +282,7 @@ BUGS = [
         'mmstats/module_stats/optimizer_state.py',
         'foreach_norm(values, 1, torch.float64)',
         'foreach_norm(values, 2, torch.float64)',
-        ('tests/test_hooks/test_module_stats_optimizer.py', )),
+        ('tests/test_module_stats/test_module_stats_optimizer.py', )),
     Bug('OS2', "FSDP1 flat optimizer state cut at the shard's start",
         'mmstats/sharding.py',
         '(lambda tensor, a=start, b=stop: _flat(tensor)[a:b])',
@@ -290,7 +291,7 @@ BUGS = [
     Bug('OS3', 'absent optimizer states published (as zeros)',
         'mmstats/module_stats/optimizer_state.py',
         "if row(f'{state}:count', segment) == 0:", 'if False:',
-        ('tests/test_hooks/test_module_stats_optimizer.py', )),
+        ('tests/test_module_stats/test_module_stats_optimizer.py', )),
     Bug(
         'NF1', 'the watch stamps the last noted iteration of a batch, not '
         'the first', 'mmstats/health/nonfinite.py',
@@ -397,7 +398,7 @@ BUGS = [
         'mmstats/module_stats/steps.py',
         'optim_wrapper.step = functools.wraps(self._step)(step)',
         'optim_wrapper.step = step',
-        ('tests/test_hooks/test_module_stats_deepspeed_warnings.py', )),
+        ('tests/test_module_stats/test_module_stats_deepspeed_warnings.py', )),
     Bug(
         'AM6', "removing the DeepSpeed step wrapper deletes the schedulers' "
         'step too', 'mmstats/module_stats/steps.py',
@@ -406,7 +407,7 @@ BUGS = [
         '            else:\n'
         '                del self.optim_wrapper.step',
         '            del self.optim_wrapper.step',
-        ('tests/test_hooks/test_module_stats_deepspeed_warnings.py', )),
+        ('tests/test_module_stats/test_module_stats_deepspeed_warnings.py', )),
     Bug(
         'S11', "sharded precise BN's agreement counting the samples seen "
         'before the current batch (a batch too many)',
@@ -473,7 +474,7 @@ BUGS = [
         'float64_dots(grads, values), segments, num_segments)',
         'torch.stack([(g * v).sum(dtype=torch.float64) for g, v in '
         'zip(grads, values)]), segments, num_segments)',
-        ('tests/test_hooks/test_module_stats_optimizer_float64.py', )),
+        ('tests/test_module_stats/test_module_stats_optimizer_float64.py', )),
     # importing or building a hook changes nothing process-wide
     Bug(
         'IM1', 'mmengine.runner imported with the hooks (DeepSpeed, then '
@@ -505,17 +506,18 @@ BUGS = [
         'module.forward(x), or a ModuleList)',
         'mmstats/hooks/module_stats_hook.py',
         '        self._warn_unseen(runner)\n', '',
-        ('tests/test_hooks/test_module_stats_unseen.py', )),
+        ('tests/test_module_stats/test_module_stats_unseen.py', )),
     Bug('MU2', 'the unseen-module warning repeated at every publication',
         'mmstats/hooks/module_stats_hook.py',
         '        self._warned_unseen.update(unseen)\n', '',
-        ('tests/test_hooks/test_module_stats_unseen.py', )),
+        ('tests/test_module_stats/test_module_stats_unseen.py', )),
     # checkpoints a sharded run can trust (docs/checkpoints.md)
     Bug(
         'CK1', "FSDP2's checkpoint: model.state_dict() (rank 0's DTensor "
         'shards pickled as the model)', 'mmstats/strategies/state_dicts.py',
         'return get_model_state_dict(\n'
-        '            self.model, options=self._options(self.full_state_dict))',
+        '            self.model,\n'
+        "            options=self._options(self.checkpoint_format == 'full'))",
         'return self.model.state_dict()',
         ('tests/test_strategies/test_sharded_checkpointing.py', )),
     Bug('CK2', 'no check of what a one-file checkpoint is about to write',
@@ -524,8 +526,8 @@ BUGS = [
         ('tests/test_strategies/test_sharded_checkpointing.py', )),
     Bug('CK3', 'the optimizer state not resumed from a sharded checkpoint',
         'mmstats/strategies/state_dicts.py',
-        'with_optimizer=resume_optimizer, strict=True)',
-        'with_optimizer=False, strict=True)',
+        'filename, with_optimizer=with_optimizer, strict=strict)',
+        'filename, with_optimizer=False, strict=strict)',
         ('tests/test_strategies/test_sharded_checkpointing.py', )),
     Bug(
         'CK4', 'random states saved but not restored at resume (mmengine '
@@ -576,7 +578,7 @@ BUGS = [
     Bug('LA1', "the launchers do not register the mmstats:: config scope",
         'mmstats/tools/launcher.py',
         "    utils.MODULE2PACKAGE.setdefault('mmstats', 'mmstats')",
-        '    pass', ('tests/test_integrations/test_launch_strategies.py::'
+        '    pass', ('tests/test_launch/test_setup_strategies.py::'
                      'test_the_launcher_resolves_mmstats_fragments', )),
     Bug('WR1', "the log line names the smallest update ratio's module",
         'mmstats/module_stats/summary.py',
@@ -584,7 +586,7 @@ BUGS = [
         '            if largest is None or key < largest[0]:',
         ('tests/test_hooks/test_what_a_person_reads.py', )),
     Bug('WR2', 'scalars.json gets a record per writer again',
-        'mmstats/utils/step_records.py',
+        'mmstats/publish/step_records.py',
         '        index = None if not lines else self._joinable(record)',
         '        index = None',
         ('tests/test_hooks/test_what_a_person_reads.py', )),
@@ -674,12 +676,65 @@ BUGS = [
         'mmstats/hooks/checkpoint_hook.py',
         '            loop._epoch, loop._iter = position', '            pass',
         ('tests/test_checkpoints/test_together.py', )),
+    Bug(
+        'LG1', 'a library ending the process groups after a failed sharded '
+        'forward (the launcher owns them)', 'mmstats/precise_bn/update.py',
+        '        self.abandoned = True\n        raise RuntimeError(',
+        '        self.abandoned = True\n'
+        '        torch.distributed.destroy_process_group()\n'
+        '        raise RuntimeError(',
+        ('tests/test_precise_bn/test_sharded.py::'
+         'test_a_forward_failing_on_one_rank_raises_everywhere', )),
+    Bug(
+        'RH1', "a best checkpoint carrying validation's generator states "
+        "instead of training's", 'mmstats/hooks/random_state_hook.py',
+        'gather_states(hook._before_val)', 'gather_states()',
+        ('tests/test_hooks/test_random_state_hook.py', )),
 ]
+
+# A failure whose cause is one of these proves only that the plant broke
+# the code's import, syntax or names, not that a test checks the behaviour.
+NOT_CAUGHT_BY = ('ImportError', 'ModuleNotFoundError', 'SyntaxError',
+                 'IndentationError', 'NameError')
+
+
+def verdict(returncode: int, stdout: str) -> bool:
+    r"""Whether pytest's run caught a planted bug.
+
+    Caught means a test *failed*: pytest exited with 1 (tests failed) and its
+    summary counts at least one failure and no error. A collection error
+    (exit 2), an error in a fixture's set-up ("1 error") or a failure whose
+    cause is an import or syntax error (:data:`NOT_CAUGHT_BY`) proves
+    nothing about the behaviour the bug changes, and counts as missed.
+
+    Args:
+        returncode (int): pytest's exit status.
+        stdout (str): what pytest printed with ``-rfE``.
+
+    Returns:
+        bool: True when the bug counts as caught.
+
+    Example:
+        >>> verdict(1, 'FAILED t.py::a - AssertionError\n1 failed in 1s')
+        True
+        >>> verdict(2, 'ERROR t.py\n1 error in 1s')
+        False
+    """
+    if returncode != 1:
+        return False
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    summary = lines[-1] if lines else ''
+    if not re.search(r'\b\d+ failed\b', summary) or re.search(
+            r'\b\d+ errors?\b', summary):
+        return False
+    failed = [ln for ln in lines if ln.startswith('FAILED ')]
+    return bool(failed) and not all(
+        any(name in ln for name in NOT_CAUGHT_BY) for ln in failed)
 
 
 def plant(bug: Bug) -> Tuple[bool, float, str]:
     """Plant ``bug``, run its tests, restore. Returns (caught, seconds,
-    the last line pytest printed)."""
+    the last line pytest printed); caught as :func:`verdict` says."""
     path = os.path.join(ROOT, bug.path)
     with open(path) as f:
         original = f.read()
@@ -693,7 +748,7 @@ def plant(bug: Bug) -> Tuple[bool, float, str]:
         with open(path, 'w') as f:
             f.write(original.replace(bug.old, bug.new))
         proc = subprocess.run([
-            sys.executable, '-m', 'pytest', '-x', '-q', '-p',
+            sys.executable, '-m', 'pytest', '-x', '-q', '-rfE', '-p',
             'no:cacheprovider', *bug.tests
         ],
                               cwd=ROOT,
@@ -704,7 +759,7 @@ def plant(bug: Bug) -> Tuple[bool, float, str]:
         with open(path, 'w') as f:
             f.write(original)
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
-    return proc.returncode != 0, time.monotonic() - start, (
+    return verdict(proc.returncode, proc.stdout), time.monotonic() - start, (
         lines[-1] if lines else proc.stderr[-300:])
 
 

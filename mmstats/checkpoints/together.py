@@ -3,7 +3,7 @@
 loads it."""
 from typing import Optional
 
-from mmstats.utils import LaunchRefused
+from mmstats.utils.refusal import LaunchRefused
 from .damage import checkpoint_problem, deepspeed_world_size
 
 __all__ = ['refuse_damaged', 'local_problem']

@@ -24,12 +24,12 @@ from mmstats.precise_bn import (check_args, check_loader_cfg, layers_to_update,
                                 swap_bn_statistics, update_bn_stats)
 from mmstats.publish import (PublicationSchedule, find_hook,
                              refuse_unchecked_strategy)
+from mmstats.publish.step_records import join_step_records
 from mmstats.registry import HOOKS
 from mmstats.run_description import log_run_description
 from mmstats.sharding import is_sharded, unwrap_model
 from mmstats.utils.args import (check_bool, check_keywords, check_positive_int,
                                 refuse_second_instance)
-from mmstats.utils.step_records import join_step_records
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import Runner

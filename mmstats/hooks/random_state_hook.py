@@ -2,16 +2,16 @@
 """RandomStateHook: a resumed run draws the random numbers the
 uninterrupted run would have drawn."""
 from __future__ import annotations
+import functools
 import logging
 from typing import TYPE_CHECKING, List, Optional
 
 from mmengine.dist import get_rank, get_world_size
-from mmengine.hooks import CheckpointHook, Hook
+from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
-from mmstats.publish import find_hook
-from mmstats.random_state import (capture_random_state, gather_states,
-                                  restore_random_state)
+from mmstats.random_state import (STATES_KEY, capture_random_state,
+                                  gather_states, restore_random_state)
 from mmstats.registry import HOOKS
 from mmstats.utils.args import check_keywords
 
@@ -20,8 +20,9 @@ if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
 
 __all__ = ['RandomStateHook']
 
-#: the message hub's runtime-info key of every rank's generator states
-INFO_KEY = 'mmstats/random_states'
+#: the message hub's runtime-info key of every rank's generator states (one
+#: name with CheckpointHook's preemption save)
+INFO_KEY = STATES_KEY
 
 
 @HOOKS.register_module()
@@ -33,15 +34,29 @@ class RandomStateHook(Hook):
 
     mmengine reseeds the generators at resume, so a resumed run repeats the
     random draws of the first epoch (data augmentation, the loaders' seeds,
-    dropout) instead of continuing them. Just before ``CheckpointHook``
-    writes a checkpoint, this hook gathers every rank's states (Python,
-    numpy, torch, CUDA: one ``all_gather_object``) into the message hub,
-    which every strategy saves; after a resume each rank restores its own
+    dropout) instead of continuing them. Whenever a checkpoint is written
+    (``runner.save_checkpoint``: ``CheckpointHook``'s periodic, last and
+    best checkpoints alike), this hook first gathers every rank's training
+    states (Python, numpy, torch, CUDA: one ``all_gather_object``) into the
+    message hub, which every strategy saves; after a resume each rank
+    restores its own
     right before the first batch is drawn (after the ``IterBasedTrainLoop``
     has skipped the batches it had trained). Validation restores the state
     it found when it ends, so a run with a checkpoint between training and
     validation and a resumed one draw the same numbers. A resume on another
     number of processes warns and keeps the reseeded generators.
+
+    The gather is decided where ``CheckpointHook`` decides to save, not by
+    a copy of its rule: from ``before_train`` to ``after_run`` the runner's
+    ``save_checkpoint`` is wrapped on this runner (the instance, not the
+    class) so that the gather runs right before it. ``Runner``'s own
+    ``save_checkpoint`` is ``@master_only`` and calls
+    ``before_save_checkpoint`` on rank 0 only; the wrapper runs on every
+    rank that calls ``save_checkpoint``, which mmengine's hooks do on every
+    rank (a gather is a collective: code that saves on rank 0 only must
+    save through ``runner.save_checkpoint`` on every rank too). A "best"
+    checkpoint, written during validation, carries training's states (set
+    aside by ``before_val``), not validation's.
 
     ``tools/train.py`` registers it; other launchers add
     ``dict(type='mmstats.RandomStateHook')`` to ``custom_hooks``.
@@ -52,20 +67,22 @@ class RandomStateHook(Hook):
         'LOW'
     """
 
-    priority = 'LOW'  # after the hooks that draw, before CheckpointHook
+    priority = 'LOW'  # before_val: after the hooks that draw
 
     def __init__(self) -> None:
         self._resumed: Optional[List[dict]] = None
         self._before_val: Optional[dict] = None
         self._by_epoch = True
-        self._checkpoint: Optional[CheckpointHook] = None  # the runner's
+        # (runner, its own save_checkpoint attribute or None, the wrapper)
+        self._wrapped: Optional[tuple] = None
 
     def before_train(self, runner: Runner) -> None:
-        """A resumed run's states (from its message hub), to restore when
-        the first batch is drawn."""
+        """Wrap the runner's ``save_checkpoint`` (every checkpoint carries
+        the states); a resumed run's states (from its message hub), to
+        restore when the first batch is drawn."""
         from mmengine.runner import EpochBasedTrainLoop
         self._by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
-        self._checkpoint = find_hook(runner, CheckpointHook)  # once a run
+        self._wrap_save(runner)
         states = runner.message_hub.get_info(INFO_KEY)
         self._resumed = None
         if states is None:
@@ -82,6 +99,10 @@ class RandomStateHook(Hook):
             return
         self._resumed = states
 
+    def after_run(self, runner: Runner) -> None:
+        """The runner's own ``save_checkpoint`` again."""
+        self._unwrap_save()
+
     def before_train_epoch(self, runner: Runner) -> None:
         """Epoch loop: restore before the epoch's loader iterator exists."""
         if self._by_epoch:
@@ -96,20 +117,6 @@ class RandomStateHook(Hook):
         states were saved)."""
         self._restore()
 
-    def after_train_iter(self,
-                         runner: Runner,
-                         batch_idx: int,
-                         data_batch: Optional[dict] = None,
-                         outputs: Optional[dict] = None) -> None:
-        """Gather the states where CheckpointHook saves by iteration."""
-        if self._saves_now(runner, by_epoch=False):
-            self._store(runner)
-
-    def after_train_epoch(self, runner: Runner) -> None:
-        """Gather the states where CheckpointHook saves by epoch."""
-        if self._saves_now(runner, by_epoch=True):
-            self._store(runner)
-
     def before_val(self, runner: Runner) -> None:
         """Validation draws from its own copy of the states."""
         self._before_val = capture_random_state()
@@ -120,22 +127,36 @@ class RandomStateHook(Hook):
             restore_random_state(self._before_val)
             self._before_val = None
 
-    def _saves_now(self, runner: Runner, by_epoch: bool) -> bool:
-        """CheckpointHook's own rule: it saves at this epoch (iteration)."""
-        checkpoint = self._checkpoint
-        if checkpoint is None or checkpoint.by_epoch != by_epoch:
-            return False
-        if by_epoch:
-            return self.every_n_epochs(
-                runner, checkpoint.interval, checkpoint.save_begin) or (
-                    checkpoint.save_last and self.is_last_train_epoch(runner))
-        return self.every_n_train_iters(
-            runner, checkpoint.interval,
-            checkpoint.save_begin) or (checkpoint.save_last
-                                       and self.is_last_train_iter(runner))
+    def _wrap_save(self, runner: Runner) -> None:
+        """``runner.save_checkpoint`` gathers the states first, on every
+        rank that calls it (before ``Runner``'s ``@master_only``)."""
+        self._unwrap_save()
+        save = runner.save_checkpoint
+        hook = self
 
-    def _store(self, runner: Runner) -> None:
-        runner.message_hub.update_info(INFO_KEY, gather_states())
+        @functools.wraps(save)
+        def save_checkpoint(*args, **kwargs):
+            # validation set training's states aside: those are resumed
+            runner.message_hub.update_info(INFO_KEY,
+                                           gather_states(hook._before_val))
+            return save(*args, **kwargs)
+
+        # what the instance had (another wrapper) or None (the class's)
+        self._wrapped = (runner, vars(runner).get('save_checkpoint'),
+                         save_checkpoint)
+        runner.save_checkpoint = save_checkpoint
+
+    def _unwrap_save(self) -> None:
+        if self._wrapped is None:
+            return
+        runner, before, ours = self._wrapped
+        self._wrapped = None
+        if vars(runner).get('save_checkpoint') is not ours:
+            return  # wrapped again since: left as it is
+        if before is None:
+            del runner.save_checkpoint  # the class's method again
+        else:
+            runner.save_checkpoint = before
 
     def _restore(self) -> None:
         if self._resumed is not None:

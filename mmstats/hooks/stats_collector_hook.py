@@ -16,12 +16,12 @@ from mmstats.health import (HealthConfig, HealthPolicy, gather_origins,
 from mmstats.publish import (OUTPUTS_PREFIX, PublicationSchedule, StatsLayout,
                              WorkerBatches, collector_patterns, log_own_line,
                              refuse_unchecked_strategy, report_iteration_times)
+from mmstats.publish.step_records import join_step_records
 from mmstats.registry import HOOKS
 from mmstats.run_description import log_run_description
 from mmstats.stats import Collector, phase, report
 from mmstats.utils.args import (check_keywords, compile_regex,
                                 refuse_second_instance)
-from mmstats.utils.step_records import join_step_records
 from .interfaces import (StatisticsPublisher, nonfinite_alarm,
                          nonfinite_origins, published_names, single_value_kind)
 from .stats_collector_args import (COLLECTABLE, accept_deprecated_keywords,

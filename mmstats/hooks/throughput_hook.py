@@ -15,6 +15,7 @@ from mmengine.logging import print_log
 from mmstats.dist import host_group
 from mmstats.publish import (PublicationSchedule, refuse_unchecked_strategy,
                              write_text_line)
+from mmstats.publish.step_records import join_step_records
 from mmstats.registry import HOOKS
 from mmstats.run_description import log_run_description
 from mmstats.sharding import unwrap_model
@@ -23,7 +24,6 @@ from mmstats.throughput import (IterationFlops, MemoryReader,
                                 reduce_interval)
 from mmstats.utils.args import (check_bool, check_keywords, check_log_interval,
                                 check_real, refuse_second_instance)
-from mmstats.utils.step_records import join_step_records
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import Runner

@@ -100,7 +100,7 @@ class _Batches:
         self.device = recorder.groups[0].device
         self.seen = self.batches = 0
         self.flags_group = host_group(group) if sharded else None
-        self.abandoned = False  # process groups destroyed after a failure
+        self.abandoned = False  # a sharded forward failed: no agreement
         self._next: Optional[_Agreement] = None  # the next batch's
 
     def run(self, loader: Iterable, progress: bool) -> Optional[BaseException]:
@@ -195,16 +195,18 @@ class _Batches:
     def _abandon(self, exc: Exception) -> None:
         """A sharded forward failed on this rank, or on another one (this
         rank then fails in FSDP's collective). The ranks can no longer
-        agree: tear the process groups down so that no rank waits in a
-        collective forever (gloo's peers fail at once with "Connection
-        closed by peer"), and raise."""
+        agree: raise at once, without another collective. The process
+        groups are the launcher's: it ends them when the error leaves the
+        script (``mmstats.launch.abort_distributed``; a process that exits
+        closes its gloo connections too), and the ranks still waiting in a
+        collective fail then with "Connection closed by peer"."""
         self.abandoned = True
-        torch.distributed.destroy_process_group()
         raise RuntimeError(
             'update_bn_stats: a forward of the sharded model failed (on this '
             'rank, or on another rank while this one was gathering shards); '
-            'the process groups were destroyed so that no rank hangs in a '
-            f'collective; BN statistics were left unchanged: {exc!r}') from exc
+            'the ranks can no longer agree, the process groups are left to '
+            'the launcher to end; BN statistics were left unchanged: '
+            f'{exc!r}') from exc
 
     def _used(self, size: int) -> int:
         self.recorder.accumulate()
@@ -349,9 +351,12 @@ def update_bn_stats(model: nn.Module,
         TypeError: ``progress`` is not a bool or ``forward_context`` is not
             callable.
         RuntimeError: A forward failed on another rank; or, with a sharded
-            model, a forward failed inside the model on some rank: the
-            process groups are then destroyed, so that no rank waits
-            forever in a collective.
+            model, a forward failed inside the model on some rank: then
+            raised at once on the ranks that see it, without another
+            collective. The process groups are never ended here: the
+            launcher ends them when the error leaves the script (mmstats'
+            own does; a process that exits ends its connections too), and
+            the other ranks then fail instead of waiting in a collective.
 
     Example:
         >>> import torch

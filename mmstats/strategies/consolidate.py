@@ -15,6 +15,7 @@ not shard (one process, a plain ``Runner``) through :data:`SCHEME`;
 import glob
 import os.path as osp
 import re
+import tempfile
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ __all__ = [
     'SCHEME', 'MARKER', 'read_full_checkpoint',
     'register_consolidating_loader', 'is_checkpoint_directory',
     'is_sharded_checkpoint', 'is_deepspeed_checkpoint',
-    'consolidate_checkpoint', 'read_deepspeed_checkpoint'
+    'consolidate_checkpoint', 'read_deepspeed_checkpoint', 'read_extra'
 ]
 
 #: mmengine checkpoint-loader prefix: ``consolidate://<directory>``
@@ -73,24 +74,36 @@ def consolidate_checkpoint(path: str) -> dict:
             ckpt = consolidate_checkpoint('work_dirs/fsdp/epoch_2.pth')
             model.load_state_dict(ckpt['state_dict'])
     """
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.format_utils import \
-        _EmptyStateDictLoadPlanner
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    from mmstats.utils.torch_compat import dcp_to_torch_save
     if not is_sharded_checkpoint(path):
         raise ValueError(f'{path!r} is not an mmstats sharded checkpoint '
                          f'(no {MARKER} in it)')
-    tensors: dict = {}
-    # dcp_to_torch_save's reading, into memory instead of a second file
-    _load_state_dict(
-        tensors,
-        storage_reader=FileSystemReader(path),
-        planner=_EmptyStateDictLoadPlanner(),
-        no_dist=True)
-    checkpoint = torch.load(
-        osp.join(path, EXTRA), map_location='cpu', weights_only=False)
+    # torch's public converter writes a file: a temporary one beside the
+    # checkpoint (where its size fits), read back and removed
+    with tempfile.TemporaryDirectory(
+            dir=osp.dirname(osp.abspath(path))) as tmp:
+        whole = osp.join(tmp, 'tensors.pth')
+        dcp_to_torch_save(path, whole)
+        tensors = torch.load(whole, map_location='cpu')
+    checkpoint = read_extra(path)
     checkpoint.update(tensors)
     return checkpoint
+
+
+def read_extra(path: str) -> dict:
+    """The non-tensor parts of the sharded checkpoint ``path`` (rank 0's
+    ``extra.pth``: ``meta``, ``message_hub``, ``param_schedulers``...),
+    loaded on the CPU as mmengine's own ``_load_checkpoint`` loads a file:
+    with torch's default ``weights_only``, which reads mmengine's objects
+    once :func:`mmstats.launch.allow_mmengine_checkpoints` allowlisted them
+    (the launchers and the converter do). The one reader of that file.
+
+    Example:
+        .. code-block:: python
+
+            meta = read_extra('work_dirs/fsdp/epoch_2.pth')['meta']
+    """
+    return torch.load(osp.join(path, EXTRA), map_location='cpu')
 
 
 def read_deepspeed_checkpoint(path: str) -> dict:

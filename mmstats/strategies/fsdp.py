@@ -6,7 +6,7 @@ from mmengine._strategy import FSDPStrategy as MMEngineFSDPStrategy
 
 from mmstats.registry import STRATEGIES
 from mmstats.utils.torch_compat import require_torch
-from .state_dicts import ShardedCheckpointing
+from .state_dicts import ShardedCheckpointing, checkpoint_format
 
 __all__ = ['FSDPStrategy']
 
@@ -24,8 +24,10 @@ class FSDPStrategy(ShardedCheckpointing, MMEngineFSDPStrategy):
 
     - ``state_dict_cfg='full'``: one ordinary checkpoint file of full
       tensors, written by rank 0 (DDP's format; any runner loads it);
-    - ``state_dict_cfg='local'`` (mmengine's default) or a dict with
-      ``state_dict_type='SHARDED_STATE_DICT'``: a sharded directory,
+    - ``state_dict_cfg='sharded'``, or mmengine's names of it: ``'local'``
+      (mmengine's default; there per-rank pickles of flat shards) or a
+      dict with ``state_dict_type='SHARDED_STATE_DICT'``: a sharded
+      directory,
       ``torch.distributed.checkpoint`` files of every rank's shards, that
       any number of processes loads and ``tools/model_converters/
       consolidate_checkpoint.py`` turns into a full file.
@@ -41,14 +43,16 @@ class FSDPStrategy(ShardedCheckpointing, MMEngineFSDPStrategy):
         True
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self,
+                 *,
+                 state_dict_cfg: Any = 'local',
+                 **kwargs: Any) -> None:
         require_torch(
             '2.2', 'mmstats.FSDPStrategy (torch.distributed.checkpoint.'
             "state_dict; mmengine's own FSDPStrategy trains there, without "
             'resume)')
-        super().__init__(**kwargs)
-
-    @property
-    def full_state_dict(self) -> bool:  # type: ignore[override]
-        """Whether checkpoints are one file of full tensors."""
-        return self._is_full_state_dict()
+        fmt = checkpoint_format('FSDPStrategy', state_dict_cfg)
+        if state_dict_cfg == 'sharded':  # mmengine's name of it
+            state_dict_cfg = 'local'
+        super().__init__(state_dict_cfg=state_dict_cfg, **kwargs)
+        self.checkpoint_format = fmt

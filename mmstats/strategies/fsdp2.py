@@ -10,11 +10,9 @@ from torch import nn
 
 from mmstats.registry import STRATEGIES
 from mmstats.utils.torch_compat import require_cpu_fully_shard, require_torch
-from .state_dicts import ShardedCheckpointing
+from .state_dicts import ShardedCheckpointing, checkpoint_format
 
 __all__ = ['FSDP2Strategy']
-
-STATE_DICT_CFGS = ('full', 'sharded')
 
 
 @STRATEGIES.register_module()
@@ -35,7 +33,8 @@ class FSDP2Strategy(ShardedCheckpointing, DDPStrategy):
             full tensors, gathered on rank 0 (any runner loads it);
             ``'sharded'``: a ``torch.distributed.checkpoint`` directory of
             every rank's shards (no gather; any number of processes loads
-            it). Defaults to ``'full'``.
+            it); mmengine's name ``'local'`` is taken for ``'sharded'``.
+            Defaults to ``'full'``.
         **kwargs: mmengine's ``DDPStrategy`` arguments.
 
     Example:
@@ -53,15 +52,11 @@ class FSDP2Strategy(ShardedCheckpointing, DDPStrategy):
                  **kwargs: Any) -> None:
         require_torch('2.4', 'mmstats.FSDP2Strategy (fully_shard)')
         require_cpu_fully_shard('mmstats.FSDP2Strategy (fully_shard)')
-        if state_dict_cfg not in STATE_DICT_CFGS:
-            raise ValueError(
-                f'FSDP2Strategy: state_dict_cfg must be one of '
-                f"{STATE_DICT_CFGS}, got {state_dict_cfg!r} (e.g. "
-                "state_dict_cfg='sharded')")
+        fmt = checkpoint_format('FSDP2Strategy', state_dict_cfg)
         wrapper = dict(type='mmstats.FullyShard')
         wrapper.update(model_wrapper or {})
         super().__init__(model_wrapper=wrapper, **kwargs)
-        self.full_state_dict = state_dict_cfg == 'full'
+        self.checkpoint_format = fmt
 
     def _wrap_model(self, model: nn.Module) -> nn.Module:
         """Shard ``model`` in place with the model wrapper."""

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
 
-from .consolidate import EXTRA, MARKER, is_sharded_checkpoint
+from .consolidate import EXTRA, MARKER, is_sharded_checkpoint, read_extra
 
 __all__ = [
     'ShardedCheckpointing', 'refuse_partial_tensors', 'revise_state_dict_keys'
@@ -142,7 +142,10 @@ def _local(value: Any) -> torch.Tensor:
 
 def revise_state_dict_keys(state_dict: dict, revise_keys: list) -> dict:
     """mmengine's ``revise_keys`` (``[(pattern, replacement)]``) applied to
-    the keys of a full model state dict.
+    the keys of a full model state dict. mmengine applies them inside
+    ``runner.checkpoint._load_checkpoint_to_model``, which then loads the
+    dict into an unsharded module: it cannot be called for a sharded one,
+    whose full state dict goes through ``set_model_state_dict``.
 
     Example:
         >>> revise_state_dict_keys({'module.w': 1}, [(r'^module\\.', '')])
@@ -156,22 +159,84 @@ def revise_state_dict_keys(state_dict: dict, revise_keys: list) -> dict:
     return state_dict
 
 
-class ShardedCheckpointing:
-    """The checkpoint methods of an mmengine strategy whose model is
-    sharded by FSDP1 or FSDP2 (mixed into the strategy class, before it).
+#: the formats of docs/checkpoints.md: one file of full tensors, or a
+#: directory of every rank's shards (torch.distributed.checkpoint)
+FORMATS = ('full', 'sharded')
+#: mmengine's names of FSDP state dicts, mapped to a format: its 'local'
+#: (per-rank pickles of flat shards there) is the sharded format here
+MMENGINE_FORMATS = {
+    'local': 'sharded',
+    'FULL_STATE_DICT': 'full',
+    'SHARDED_STATE_DICT': 'sharded',
+    'LOCAL_STATE_DICT': 'sharded'
+}
 
-    Every rank calls them (gathering and DCP are collectives); rank 0
-    writes the full format. The strategy sets :attr:`full_state_dict`.
+
+def checkpoint_format(owner: str, state_dict_cfg: Any) -> str:
+    """The format (``'full'`` or ``'sharded'``) a strategy's
+    ``state_dict_cfg`` names: one of :data:`FORMATS`, mmengine's
+    ``'local'``, or mmengine's dict form (``state_dict_type``).
+
+    Raises:
+        ValueError: Anything else, naming ``owner``'s argument.
 
     Example:
-        >>> class MyStrategy(ShardedCheckpointing, object):
-        ...     full_state_dict = True
-        >>> MyStrategy.full_state_dict
+        >>> checkpoint_format('FSDPStrategy', 'local')
+        'sharded'
+        >>> checkpoint_format('X', dict(state_dict_type='FULL_STATE_DICT'))
+        'full'
+    """
+    name = state_dict_cfg
+    if isinstance(name, dict):
+        name = name.get('state_dict_type')
+        name = getattr(name, 'name', name)  # torch's StateDictType
+    if name in FORMATS:
+        return name
+    if name in MMENGINE_FORMATS:
+        return MMENGINE_FORMATS[name]
+    raise ValueError(
+        f'{owner}: state_dict_cfg must be one of {FORMATS} (mmengine\'s '
+        f"'local' is 'sharded'), got {state_dict_cfg!r}")
+
+
+class ShardedCheckpointing:
+    """The checkpoint methods of an mmengine strategy whose model is
+    sharded by FSDP1 or FSDP2, in either format (:data:`FORMATS`).
+
+    Every rank calls them (gathering and DCP are collectives); rank 0
+    writes the full format. What it needs is declared and checked when a
+    class mixes it in (``__init_subclass__``): the class is an mmengine
+    strategy (``SingleDeviceStrategy``'s ``model``, ``optim_wrapper``,
+    ``logger``, ``seed``, schedulers and ``resume``), and its instances
+    set :attr:`checkpoint_format` (:func:`checkpoint_format`). Its
+    methods win wherever it stands among the bases: they are set on the
+    class itself, unless the class defines its own.
+
+    Example:
+        >>> from mmengine._strategy import DDPStrategy
+        >>> class MyStrategy(DDPStrategy, ShardedCheckpointing):
+        ...     pass
+        >>> MyStrategy.save_checkpoint is ShardedCheckpointing.save_checkpoint
         True
     """
 
-    #: True: one file of full tensors; False: a sharded directory
-    full_state_dict: bool = True
+    #: 'full' or 'sharded' (:data:`FORMATS`), set by the strategy
+    checkpoint_format: str = 'full'
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        from mmengine._strategy import SingleDeviceStrategy
+        if not issubclass(cls, SingleDeviceStrategy):
+            raise TypeError(
+                f'{cls.__name__}: ShardedCheckpointing is mixed into '
+                "mmengine strategies only (it needs SingleDeviceStrategy's "
+                'model, optim_wrapper, logger, seed, schedulers and resume)')
+        for name, method in vars(ShardedCheckpointing).items():
+            if not callable(method) or name.startswith('__'):
+                continue
+            owner = next(k for k in cls.__mro__ if name in vars(k))
+            if not issubclass(owner, ShardedCheckpointing):
+                setattr(cls, name, method)  # whatever the order of bases
 
     # -- state dicts -------------------------------------------------------
     def _options(self, full: bool, strict: bool = True) -> Any:
@@ -195,7 +260,8 @@ class ShardedCheckpointing:
         from torch.distributed.checkpoint.state_dict import \
             get_model_state_dict
         return get_model_state_dict(
-            self.model, options=self._options(self.full_state_dict))
+            self.model,
+            options=self._options(self.checkpoint_format == 'full'))
 
     def optim_state_dict(self) -> dict:
         """The optimizer's state dict (keyed by parameter names) and the
@@ -205,7 +271,7 @@ class ShardedCheckpointing:
         state = get_optimizer_state_dict(
             self.model,
             self._optimizer(),
-            options=self._options(self.full_state_dict))
+            options=self._options(self.checkpoint_format == 'full'))
         for key, value in self.optim_wrapper.state_dict().items():
             if key not in OPTIMIZER_KEYS:
                 state[key] = value
@@ -231,9 +297,13 @@ class ShardedCheckpointing:
 
     def load_optim_state_dict(self, state_dict: dict) -> None:
         """Load a full optimizer state dict (as :meth:`optim_state_dict`
-        writes it) and the wrapper's own entries."""
+        writes it) and the wrapper's own entries (only those where a
+        sharded checkpoint's resume loaded the shards already)."""
         from torch.distributed.checkpoint.state_dict import \
             set_optimizer_state_dict
+        if isinstance(state_dict, _LoadedShards):
+            self.load_optim_state_dict_extras(state_dict)
+            return
         state_dict = dict(state_dict)
         optimizer = {k: state_dict.pop(k) for k in OPTIMIZER_KEYS}
         set_optimizer_state_dict(
@@ -262,6 +332,9 @@ class ShardedCheckpointing:
         if save_param_scheduler and hasattr(self, 'param_schedulers'):
             checkpoint['param_schedulers'] = self.scheduler_state_dict()
         extra_ckpt = dict(extra_ckpt or {})
+        # mmengine's meta entries; its SingleDeviceStrategy.save_checkpoint
+        # writes them inline beside a rank-0-only save of unsharded
+        # tensors, which cannot be called for a sharded model
         extra_ckpt.setdefault('meta', {}).update(
             seed=self.seed,
             time=time.strftime('%Y%m%d_%H%M%S', time.localtime()),
@@ -269,7 +342,7 @@ class ShardedCheckpointing:
         checkpoint.update(extra_ckpt)
         if callback is not None:
             callback(checkpoint)
-        if self.full_state_dict:
+        if self.checkpoint_format == 'full':
             refuse_together(checkpoint, filename)  # rank 0 holds the tensors
             if get_rank() == 0:
                 from mmengine.runner.checkpoint import save_checkpoint
@@ -318,10 +391,7 @@ class ShardedCheckpointing:
                 "mmengine's FSDPStrategy with the same number of processes "
                 'only')
         if is_sharded_checkpoint(filename):
-            # torch's default loading, as mmengine's own _load_checkpoint
-            checkpoint = torch.load(
-                osp.join(filename, EXTRA), map_location='cpu')
-            return checkpoint, True
+            return read_extra(filename), True
         from mmengine.runner.checkpoint import _load_checkpoint
         if map_location == 'default':
             map_location = 'cpu'
@@ -358,18 +428,29 @@ class ShardedCheckpointing:
                         revise_keys: list = [(r'^module.', '')],
                         callback: Optional[Callable] = None) -> dict:
         """Load the weights of either format (any world size), on every
-        rank; returns the rest of the checkpoint."""
-        self.logger.info(f'Load checkpoint from {filename}')
+        rank; returns the rest of the checkpoint. Called by :meth:`resume`
+        (mmengine's), it loads strictly, the keys as saved, and a sharded
+        checkpoint's optimizer shards with the model's (one DCP load)."""
+        resuming = getattr(self, '_resuming', None)
+        if resuming is None:
+            self.logger.info(f'Load checkpoint from {filename}')
+        else:  # mmengine's resume said 'Resume checkpoint from'
+            strict, revise_keys = True, []
         checkpoint, sharded = self._read_checkpoint(filename, map_location)
         if callback is not None:
             callback(checkpoint)
-        if sharded:
-            self._load_sharded(filename, with_optimizer=False, strict=strict)
-        else:
+        if not sharded:
             self.load_model_state_dict(
                 checkpoint.pop('state_dict'),
                 strict=strict,
                 revise_keys=revise_keys)
+            return checkpoint
+        with_optimizer = resuming is not None and resuming.optimizer
+        self._load_sharded(
+            filename, with_optimizer=with_optimizer, strict=strict)
+        if with_optimizer:
+            checkpoint['optimizer'] = _LoadedShards(
+                checkpoint.pop('optimizer_wrapper', {}))
         return checkpoint
 
     def resume(self,
@@ -379,59 +460,45 @@ class ShardedCheckpointing:
                resume_param_scheduler: bool = True,
                map_location: Any = 'default',
                callback: Optional[Callable] = None) -> dict:
-        """Model, optimizer, schedulers and seed, as mmengine's resume,
-        from either format."""
-        self.logger.info(f'Resume checkpoint from {filename}')
-        checkpoint, sharded = self._read_checkpoint(filename, map_location)
-        if callback is not None:
-            callback(checkpoint)
-        if sharded:
-            self._load_sharded(
-                filename, with_optimizer=resume_optimizer, strict=True)
-            own = checkpoint.pop('optimizer_wrapper', {})
-            if resume_optimizer and own:
-                self.load_optim_state_dict_extras(own)
-        else:
-            self.load_model_state_dict(
-                checkpoint.pop('state_dict'), strict=True, revise_keys=[])
-            if resume_optimizer:
-                self.load_optim_state_dict(checkpoint.pop('optimizer'))
-        if resume_param_scheduler and hasattr(self, 'param_schedulers'):
-            self.load_scheduler_state_dict(checkpoint.pop('param_schedulers'))
-        self._resume_seed(checkpoint)
-        self._resume_accumulation(checkpoint)
-        return checkpoint
+        """mmengine's resume (``SingleDeviceStrategy.resume``: the
+        optimizer, the schedulers, the seed, gradient accumulation's
+        counter), its reading and loading through this class's methods, so
+        that either format resumes (a sharded one on any world size)."""
+        from mmengine._strategy import SingleDeviceStrategy
+        self._resuming = _Resuming(resume_optimizer)
+        try:
+            return SingleDeviceStrategy.resume(
+                self,
+                filename,
+                resume_optimizer=resume_optimizer,
+                resume_param_scheduler=resume_param_scheduler,
+                map_location=map_location,
+                callback=callback)
+        finally:
+            self._resuming = None
 
     def load_optim_state_dict_extras(self, own: dict) -> None:
-        """The optimizer wrapper's own entries (AMP's ``loss_scaler``)."""
+        """The optimizer wrapper's own entries (AMP's ``loss_scaler``,
+        ``base_param_settings``). mmengine's ``AmpOptimWrapper.
+        load_state_dict`` cannot be called for them: it loads the
+        optimizer's state in the same call, by parameter index, and the
+        state here is keyed by names and loaded through torch's
+        ``set_optimizer_state_dict``; so its two entries are loaded here,
+        as it loads them."""
         if 'loss_scaler' in own:
             self.optim_wrapper.loss_scaler.load_state_dict(own['loss_scaler'])
         if 'base_param_settings' in own:
             self.optim_wrapper.base_param_settings = own['base_param_settings']
 
-    def _resume_accumulation(self, checkpoint: dict) -> None:
-        """mmengine's resume of gradient accumulation's counter."""
-        counts = getattr(
-            getattr(self, 'optim_wrapper', None), '_accumulative_counts', 1)
-        if counts > 1:
-            if 'max_iters' not in self.dispatch_kwargs:
-                raise ValueError(
-                    '"max_iters" must be specified because '
-                    f'"accumulative_counts" was set as {counts} which is '
-                    'greater than 1.')
-            self.optim_wrapper.initialize_count_status(
-                self.model, checkpoint['meta']['iter'],
-                self.dispatch_kwargs['max_iters'])
 
-    def _resume_seed(self, checkpoint: dict) -> None:
-        """mmengine's resume of the random seed."""
-        resumed = checkpoint.get('meta', {}).get('seed')
-        current = self._randomness.get('seed')
-        if resumed is not None and resumed != current:
-            if current is not None:
-                self.logger.warning(
-                    f'The value of random seed in the checkpoint '
-                    f'"{resumed}" is different from the value in '
-                    f'`randomness` config "{current}"')
-            self._randomness.update(seed=resumed)
-            self._set_randomness(**self._randomness)
+class _Resuming:
+    """While mmengine's resume runs: it asked for the optimizer or not."""
+
+    def __init__(self, optimizer: bool) -> None:
+        self.optimizer = optimizer
+
+
+class _LoadedShards(dict):
+    """The ``optimizer`` entry of a sharded checkpoint being resumed: DCP
+    already loaded the optimizer's shards with the model's; the dict holds
+    the wrapper's own entries only."""

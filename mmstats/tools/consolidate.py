@@ -41,8 +41,8 @@ def main(argv: Optional[list] = None) -> str:
     from mmengine.runner.checkpoint import save_checkpoint
 
     from mmstats.checkpoints import checkpoint_problem
+    from mmstats.launch import LaunchRefused, allow_mmengine_checkpoints
     from mmstats.strategies import read_full_checkpoint
-    from mmstats.utils import LaunchRefused, allow_mmengine_checkpoints
     problem = checkpoint_problem(args.checkpoint)
     if problem is not None:  # damaged: refused before anything reads it
         raise LaunchRefused(f'checkpoint {args.checkpoint} {problem}')

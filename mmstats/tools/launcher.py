@@ -6,8 +6,8 @@ and ``python -m mmstats.tools.with_scopes`` do before they train.
 :func:`build_runner` runs ``RUNNERS.build(cfg)`` when the config sets
 ``runner_type`` (``FlexibleRunner`` with a ``strategy``: DDP, FSDP1, FSDP2
 through :class:`mmstats.FullyShard`, DeepSpeed), ``Runner.from_cfg(cfg)``
-otherwise, after :func:`mmstats.utils.setup_launcher` (the process group
-and the CPU wrappers, which ``mmstats.utils.cpu_dist`` also uses).
+otherwise, after :func:`mmstats.launch.setup_launcher` (the process group
+and the CPU wrappers, which ``mmstats.launch.cpu_dist`` also uses).
 :func:`enable_config_scope` lets configs inherit ``mmstats::`` fragments.
 """
 import importlib.metadata
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from mmstats.utils import setup_launcher
+from mmstats.launch import setup_launcher
 
 if TYPE_CHECKING:  # imported where used: importing changes nothing
     from mmengine.config import Config

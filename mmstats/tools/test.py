@@ -23,14 +23,14 @@ from mmengine.config import Config
 from mmengine.dist import is_main_process
 
 from mmstats.hooks.checkpoint_hook import refuse_loaded_checkpoint
+from mmstats.launch import (LaunchRefused, allow_mmengine_checkpoints,
+                            finish_distributed, registered_name)
 from mmstats.strategies import (SCHEME, is_checkpoint_directory,
                                 register_consolidating_loader)
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, note_exit, parse_launch_args)
 from mmstats.tools.entry import console_main, logged_failure
 from mmstats.tools.launcher import build_runner
-from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
-                           finish_distributed, registered_name)
 
 #: the strategies that load a sharded checkpoint directory themselves
 READS_DIRECTORIES = ('FSDPStrategy', 'FSDP2Strategy', 'DeepSpeedStrategy')

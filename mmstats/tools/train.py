@@ -34,13 +34,14 @@ from mmengine.hooks import Hook
 from mmstats.checkpoints import Preempted, resume_choice
 from mmstats.hooks import RandomStateHook
 from mmstats.hooks.checkpoint_hook import refuse_loaded_checkpoint
+from mmstats.launch import (LaunchRefused, abort_distributed,
+                            allow_mmengine_checkpoints, finish_distributed,
+                            registered_name)
 from mmstats.tools.common import (add_launch_arguments, each_warning_once,
                                   load_config, note_exit, parse_launch_args)
 from mmstats.tools.entry import console_main, logged_failure
 from mmstats.tools.launcher import build_runner
 from mmstats.tools.resume_check import ResumeScheduleCheck
-from mmstats.utils import (LaunchRefused, allow_mmengine_checkpoints,
-                           finish_distributed, registered_name)
 
 __all__ = ['main', 'cli']
 
@@ -235,6 +236,9 @@ def main(argv: Optional[list] = None) -> None:
             say(str(stop))
         finish_distributed()
         raise  # a SystemExit: cli's exit status 75
+    except BaseException:  # the process groups are the launcher's: ended
+        abort_distributed()  # here, no rank waits for this one in vain
+        raise
     # the runner is gone: its model wrapper's process groups die in
     # finish_distributed, not while the interpreter exits (an abort)
     finish_distributed()

@@ -1,11 +1,13 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-from .checkpoint import allow_mmengine_checkpoints
-from .launch_setup import (LaunchRefused, check_checkpoints, check_runner_type,
-                           finish_distributed, init_cpu_distributed,
-                           registered_name, setup_launcher)
+"""What every layer may use: argument checks (:mod:`.args`), the version
+floor and torch's moved APIs (:mod:`.compat`, :mod:`.torch_compat`), lazy
+exports (:mod:`.lazy`), :class:`.refusal.LaunchRefused` (raised by
+libraries too: a damaged checkpoint). The launcher's names that lived here
+are in :mod:`mmstats.launch` now; their old paths warn until the release
+:data:`.moved.MOVED` names."""
+from .moved import alias_getattr
+from .refusal import LaunchRefused
 
-__all__ = [
-    'LaunchRefused', 'allow_mmengine_checkpoints', 'check_checkpoints',
-    'check_runner_type', 'finish_distributed', 'init_cpu_distributed',
-    'registered_name', 'setup_launcher'
-]
+__all__ = ['LaunchRefused']
+
+__getattr__ = alias_getattr(__name__, globals())

@@ -1,11 +1,7 @@
 # Copyright (c) mmstats contributors. All rights reserved.
-"""Importing this module allowlists mmengine's checkpoint classes for
-``torch.load(weights_only=True)`` (torch >= 2.6), so ``--resume`` works.
+"""Deprecated alias (see :data:`mmstats.utils.moved.MOVED`)."""
+import sys
 
-A one-line opt-in for any launcher, e.g. mmpretrain's ``tools/train.py``::
+from .moved import alias_module
 
-    custom_imports = dict(imports=['mmstats.utils.allow_checkpoints'])
-"""
-from .checkpoint import allow_mmengine_checkpoints
-
-allow_mmengine_checkpoints()
+sys.modules[__name__] = alias_module(__name__)

@@ -38,7 +38,8 @@ __all__ = [
     'TORCH_VERSION', 'COMPILED_OPS', 'torch_at_least', 'require_torch',
     'require_cpu_fully_shard', 'dtensor_class', 'fsdp_module_class',
     'fully_shard_api', 'register_step_hooks', 'is_compiling', 'register_fake',
-    'foreach_norm', 'flop_registry', 'aminmax', 'default_store'
+    'foreach_norm', 'flop_registry', 'aminmax', 'default_store',
+    'dcp_to_torch_save'
 ]
 
 
@@ -345,3 +346,25 @@ def aminmax(values: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 _HALF_AMINMAX_MISSING = not torch_at_least('2.2')
+
+
+def dcp_to_torch_save(dcp_dir: str, path: str) -> None:
+    """``torch.distributed.checkpoint.format_utils.dcp_to_torch_save``: the
+    DCP checkpoint ``dcp_dir`` as one ``torch.save`` file ``path``, on one
+    process without a process group. A torch without it (older than the
+    sharded strategies need) is refused naming the API.
+
+    Example:
+        .. code-block:: python
+
+            dcp_to_torch_save('work_dirs/fsdp/epoch_2.pth', 'whole.pth')
+    """
+    try:
+        from torch.distributed.checkpoint.format_utils import \
+            dcp_to_torch_save as convert
+    except ImportError as exc:  # pragma: no cover - torch < 2.2
+        raise RuntimeError(
+            'reading a sharded checkpoint on one process needs '
+            'torch.distributed.checkpoint.format_utils.dcp_to_torch_save '
+            f'(torch >= 2.2); this is torch {torch.__version__}') from exc
+    convert(dcp_dir, path)

@@ -16,7 +16,7 @@ from mmengine.registry import DATASETS
 from mmengine.runner import Runner
 
 from mmstats.checkpoints import PREEMPTED_EXIT_CODE, Preempted, resume_choice
-from mmstats.utils import allow_mmengine_checkpoints
+from mmstats.launch import allow_mmengine_checkpoints
 from tests.helpers.runner import clear_mmengine_singletons, toy_cfg
 from tests.helpers.toy import ToyDataset
 

@@ -11,7 +11,7 @@ import torch
 from mmengine.runner import FlexibleRunner, Runner
 
 from mmstats.checkpoints import Preempted, refuse_damaged
-from mmstats.utils import LaunchRefused, allow_mmengine_checkpoints
+from mmstats.launch import LaunchRefused, allow_mmengine_checkpoints
 from tests.helpers.dist import run_distributed
 from tests.helpers.runner import clear_mmengine_singletons, gloo_launch
 from tests.test_checkpoints.test_checkpoint_hook import RecordHook, _cfg

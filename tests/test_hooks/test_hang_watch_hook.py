@@ -177,7 +177,7 @@ def _resume_worker(rank, world_size, config, work_dir):
     stall, on the ranks of the session's pool."""
     from mmengine.config import Config
 
-    from mmstats.utils import allow_mmengine_checkpoints
+    from mmstats.launch import allow_mmengine_checkpoints
     allow_mmengine_checkpoints()  # what tools/train.py does for --resume
     cfg = Config.fromfile(config)
     cfg.update(work_dir=work_dir, resume=True)

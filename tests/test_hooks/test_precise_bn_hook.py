@@ -451,7 +451,7 @@ def test_var_change_is_logged_once_per_run(tmp_path, clean_mmengine):
 def mmengine_checkpoints():
     """Resuming under torch.load(weights_only=True): allowlist mmengine's
     classes for this test only."""
-    from mmstats.utils import allow_mmengine_checkpoints
+    from mmstats.launch import allow_mmengine_checkpoints
     if not hasattr(torch.serialization, 'get_safe_globals'):  # torch < 2.5
         allow_mmengine_checkpoints()  # nothing to allow: weights_only=False
         yield

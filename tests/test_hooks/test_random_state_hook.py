@@ -14,9 +14,9 @@ from mmengine.logging import MessageHub
 from mmengine.runner import EpochBasedTrainLoop, Runner
 
 from mmstats.hooks import RandomStateHook
+from mmstats.launch import allow_mmengine_checkpoints
 from mmstats.random_state import (capture_random_state, gather_states,
                                   restore_random_state)
-from mmstats.utils import allow_mmengine_checkpoints
 from tests.helpers.runner import toy_cfg
 
 ITERS = 10  # 160 samples, batch 16
@@ -90,20 +90,64 @@ class _Runner:
         self.message_hub = MessageHub.get_instance('test_random_state')
         self.train_loop = EpochBasedTrainLoop.__new__(EpochBasedTrainLoop)
 
+    def save_checkpoint(self, *args, **kwargs) -> None:
+        pass
 
-def test_states_are_gathered_only_where_a_checkpoint_is_saved(clean_mmengine):
-    from mmengine.hooks import CheckpointHook
+
+def test_states_are_gathered_whenever_a_checkpoint_is_saved(clean_mmengine):
+    """The runner's save_checkpoint gathers first (whoever calls it), and
+    is the class's own again after the run."""
     hook = RandomStateHook()
-    runner = _Runner([CheckpointHook(interval=2, save_last=False), hook])
+    runner = _Runner([hook])
+    saved = []
+    runner.save_checkpoint = lambda *a, **k: saved.append(
+        runner.message_hub.get_info('mmstats/random_states'))
+    ours = runner.save_checkpoint
     hook.before_train(runner)
-    stored = []
-    for epoch in range(3):
-        runner.epoch = epoch
-        runner.message_hub.runtime_info.pop('mmstats/random_states', None)
-        hook.after_train_epoch(runner)
-        stored.append(
-            runner.message_hub.get_info('mmstats/random_states') is not None)
-    assert stored == [False, True, False]  # CheckpointHook saves epoch 2
+    assert runner.message_hub.get_info('mmstats/random_states') is None
+    runner.save_checkpoint('dir', filename='best.pth')
+    assert len(saved) == 1 and len(saved[0]) == 1
+    assert torch.equal(saved[0][0]['torch'], torch.get_rng_state())
+    hook.after_run(runner)
+    assert runner.save_checkpoint is ours  # not someone else's wrapper
+
+
+def _best_and_last(work_dir):
+    """An epoch run with save_best (a best checkpoint after each epoch's
+    validation, periodic ones never), validation drawing too."""
+    cfg = toy_cfg(work_dir, max_epochs=2)
+    cfg.default_hooks.checkpoint.save_best = 'auto'
+    cfg.default_hooks.checkpoint.rule = 'greater'
+    cfg.custom_hooks = [dict(type='mmstats.RandomStateHook')]
+    allow_mmengine_checkpoints()
+    runner = Runner.from_cfg(cfg)
+    states = {}
+
+    class Record(Hook):
+        priority = 'LOWEST'
+
+        def after_train_epoch(self, runner) -> None:
+            states[runner.epoch + 1] = torch.get_rng_state()  # 1-based
+
+        def before_val_iter(self, runner, batch_idx, data_batch=None):
+            torch.rand(1)  # validation draws from its own states
+
+    runner.register_hook(Record())
+    runner.train()
+    return states
+
+
+def test_best_and_last_checkpoints_carry_the_training_states(
+        tmp_path, clean_mmengine):
+    states = _best_and_last(tmp_path)
+    ckpts = {p.name: p for p in tmp_path.glob('*.pth')}
+    best = [name for name in ckpts if name.startswith('best_')]
+    assert best and 'epoch_2.pth' in ckpts, sorted(ckpts)
+    for name in best + ['epoch_2.pth']:
+        epoch = int(name.rpartition('_')[2][:-len('.pth')])
+        ckpt = torch.load(ckpts[name], map_location='cpu')
+        gathered = ckpt['message_hub']['runtime_info']['mmstats/random_states']
+        assert torch.equal(gathered[0]['torch'], states[epoch]), name
 
 
 def test_another_world_size_warns_and_keeps_the_new_seed(

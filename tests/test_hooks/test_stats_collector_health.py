@@ -642,7 +642,7 @@ def test_switched_off_nothing_is_kept():
 def test_spike_history_is_saved_and_resumed(tmp_path, clean_mmengine):
     """A checkpoint holds the spike detector's histories; a resumed run
     starts from them (not from an empty history that cannot spike)."""
-    from mmstats.utils import allow_mmengine_checkpoints
+    from mmstats.launch import allow_mmengine_checkpoints
     allow_mmengine_checkpoints()
     hook = dict(
         type='mmstats.StatsCollectorHook',

@@ -8,7 +8,7 @@ import os.path as osp
 import pytest
 import torch.distributed as dist
 
-from mmstats.utils import finish_distributed
+from mmstats.launch import finish_distributed
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 

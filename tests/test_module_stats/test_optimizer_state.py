@@ -1,7 +1,7 @@
 """:func:`float64_dots` (``mmstats/module_stats/optimizer_state.py``)
 equals exact float64 dot products for float32, bfloat16 and float16
 tensors, in chunks and pieces; ModuleStatsHook's use of it through a real
-Runner: ``tests/test_hooks/test_module_stats_optimizer_float64.py``."""
+Runner: ``tests/test_module_stats/test_module_stats_optimizer_float64.py``."""
 import numpy as np
 import pytest
 import torch

@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch import nn
 
+from mmstats.launch import abort_distributed
 from mmstats.precise_bn import update_bn_stats
 from mmstats.utils.torch_compat import fully_shard_api
 from tests.helpers.dist import run_distributed
@@ -183,8 +184,9 @@ def _worker_bomb(rank, port, kind, results):
     except Exception as exc:  # noqa: BLE001
         after = _stats(inner)
         unchanged = all(np.array_equal(before[k], after[k]) for k in before)
-        results.put((rank, type(exc).__name__, str(exc), unchanged,
-                     dist.is_initialized()))
+        left = dist.is_initialized()  # the library ends no group
+        abort_distributed()  # what the launcher does with the error
+        results.put((rank, type(exc).__name__, str(exc), unchanged, left))
     else:
         results.put((rank, None, '', True, dist.is_initialized()))
 
@@ -192,10 +194,11 @@ def _worker_bomb(rank, port, kind, results):
 @pytest.mark.parametrize('kind', ['fsdp', 'fsdp2'])
 def test_a_forward_failing_on_one_rank_raises_everywhere(kind):
     """Inside a sharded forward the ranks cannot agree any more: the
-    failing rank (and every rank whose forward then fails) destroys the
-    process groups, so the others fail at once instead of waiting in
-    FSDP's all-gather until the group's timeout. Own processes: the
-    groups do not survive."""
+    failing rank raises at once and leaves the process groups alone (a
+    library never ends them); the launcher's ``abort_distributed`` ends
+    them as the error leaves the script, so the other rank fails at once
+    instead of waiting in FSDP's all-gather until the group's timeout.
+    Own processes: the groups do not survive."""
     import torch.multiprocessing as mp
 
     from tests.helpers.dist import free_port
@@ -220,5 +223,5 @@ def test_a_forward_failing_on_one_rank_raises_everywhere(kind):
         name, message, unchanged, initialised = got[rank]
         assert name == 'RuntimeError', (rank, message)
         assert 'a forward of the sharded model failed' in message
-        assert unchanged and not initialised
+        assert unchanged and initialised
     assert 'bomb went off' in got[1][1]

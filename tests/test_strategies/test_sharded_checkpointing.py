@@ -52,7 +52,8 @@ def _save_wipe_load(rank, world_size, work_dir, state_dict_cfg):
         for n, p in model.named_parameters()
     }
     path = osp.join(work_dir, 'epoch_1.pth')
-    strategy.save_checkpoint(path, extra_ckpt=dict(meta=dict(epoch=1)))
+    # a Runner's meta (mmengine's resume reads its iter)
+    strategy.save_checkpoint(path, extra_ckpt=dict(meta=dict(epoch=1, iter=5)))
     saved = None
     if rank == 0 and state_dict_cfg == 'full':
         saved = torch.load(path, map_location='cpu', weights_only=False)
@@ -130,10 +131,33 @@ def test_a_rank_shard_is_never_written_as_the_whole_tensor():
         assert 'local shape (2, 2) of (4, 2)' in message
 
 
-def test_fsdp2_strategy_checks_its_arguments():
-    from mmstats.strategies import FSDP2Strategy
-    with pytest.raises(ValueError, match="state_dict_cfg='sharded'"):
-        FSDP2Strategy(state_dict_cfg='local')
+def test_one_name_per_format_with_mmengines_local_mapped():
+    """Both strategies take 'full' and 'sharded'; mmengine's 'local' (and
+    its dict form) is 'sharded'; anything else is refused naming the
+    argument. Their checkpoint methods are the mixin's, whatever the order
+    of the bases."""
+    from mmengine._strategy import DDPStrategy
+
+    from mmstats.strategies.fsdp import FSDPStrategy
+    from mmstats.strategies.fsdp2 import FSDP2Strategy
+    from mmstats.strategies.state_dicts import ShardedCheckpointing
+    for strategy in (FSDPStrategy, FSDP2Strategy):
+        for cfg, fmt in (('full', 'full'), ('sharded', 'sharded'),
+                         ('local', 'sharded')):
+            assert strategy(state_dict_cfg=cfg).checkpoint_format == fmt
+        with pytest.raises(ValueError, match="state_dict_cfg must be one"):
+            strategy(state_dict_cfg='whole')
+    assert FSDPStrategy().checkpoint_format == 'sharded'  # mmengine's 'local'
+    assert FSDPStrategy(
+        state_dict_cfg=dict(
+            state_dict_type='FULL_STATE_DICT')).checkpoint_format == 'full'
+
+    class Behind(DDPStrategy, ShardedCheckpointing):
+        pass
+
+    assert Behind.save_checkpoint is ShardedCheckpointing.save_checkpoint
+    with pytest.raises(TypeError, match='mmengine strategies only'):
+        type('NoStrategy', (ShardedCheckpointing, ), {})
 
 
 def test_revise_keys_as_mmengine():

@@ -99,7 +99,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--worlds', type=int, nargs='+', default=[2, 4, 8])
     parser.add_argument('--repeats', type=int, default=REPEATS)
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.worlds, args.repeats = [2], 2
     print(f'Collector.update(), {NAMES} names, medians of {args.repeats}')
     print(f'{"ranks":>5} {"update ms":>10} {"bare ms":>8} '
           f'{"old gather ms":>14} {"ours/old":>9}  collectives (float64)')
@@ -110,11 +116,14 @@ def main():
               f'{times["bare"] * 1e3:>8.3f} '
               f'{times["old gather"] * 1e3:>14.3f} '
               f'{times["update"] / times["old gather"]:>8.2f}x  {sizes}')
-    times, sizes = _bounded_names()
+    total = 200 if args.smoke else 5000
+    times, sizes = _bounded_names(total)
     first, last = np.median(times[1:6]), np.median(times[-5:])
-    print(f'5000 names, one per step, update every 10 steps, max_names=1000:'
-          f' table <= {max(sizes)} names; first updates {first * 1e6:.0f} '
-          f'us, last {last * 1e6:.0f} us ({last / first:.1f}x)')
+    print(
+        f'{total} names, one per step, update every 10 steps, '
+        f'max_names=1000: table <= {max(sizes)} names; first updates '
+        f'{first * 1e6:.0f} us, last {last * 1e6:.0f} us ({last / first:.1f}x)'
+    )
 
 
 if __name__ == '__main__':

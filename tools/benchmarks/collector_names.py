@@ -25,7 +25,13 @@ from mmstats import Collector, report
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--names', type=int, default=5000)
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.names = 100
     torch.set_num_threads(1)
     c = Collector(max_names=1000, evict_after=100)
     times = []

@@ -294,8 +294,12 @@ def main() -> None:
         action='store_true',
         help='check the script on CPU: report() rows with few calls and '
         'the overhead statistics on made-up times; no GPU needed')
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='the same as --dry-run (every script of tools/benchmarks has it)')
     args = parser.parse_args()
-    if args.dry_run:
+    if args.dry_run or args.smoke:
         dry_run()
         return
     if not torch.cuda.is_available():

@@ -170,7 +170,13 @@ def main() -> None:
     parser.add_argument('--iters', type=int, default=200)
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--optimizer', choices=['sgd', 'adamw'], default='sgd')
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.iters, args.repeats = 2 * INTERVAL, 1
     torch.set_num_threads(1)
     warmup = INTERVAL  # the first interval: allocations, first publication
     runs: Dict[str, List[Dict[str, List[float]]]] = {n: [] for n in SETUPS}

@@ -120,7 +120,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--iters', type=int, default=300)
     parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.iters, args.repeats = 2 * INTERVAL, 1
     torch.set_num_threads(1)
     warmup = INTERVAL  # the first interval: allocations, first publication
     sums: Dict[str, List[float]] = {setup: [] for setup in SETUPS}

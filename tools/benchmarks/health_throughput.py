@@ -104,7 +104,13 @@ def main() -> None:
         help='what "with" trains: the hook at its defaults, the hook with '
         'count_flops=False, or no hook (an A/A run: the noise floor of this '
         'method on this machine)')
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.epochs, args.repeats = 1, 1
     torch.set_num_threads(1)
     train(1, None)  # warm-up: imports, the dataset's first load
     runs = {False: [], True: []}

@@ -41,7 +41,13 @@ def main() -> None:
     parser.add_argument('--names', type=int, default=1000)
     parser.add_argument('--window', type=int, default=1000)
     parser.add_argument('--no-sketch', action='store_true')
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.iters, args.names, args.window = 20, 10, 10
     torch.set_num_threads(1)
     stats = ('mean', 'std', 'min', 'max') + (() if args.no_sketch else
                                              ('p50', 'p99'))

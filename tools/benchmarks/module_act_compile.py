@@ -70,7 +70,13 @@ def main() -> None:
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--calls', type=int, default=1000)
     parser.add_argument('--backend', default='inductor')
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.repeats, args.calls, args.backend = 1, 10, 'eager'
     x = torch.randn(32, 64)
     kinds = ('no probes', 'op (chosen)', 'guarded', 'graph break')
     times = {kind: [] for kind in kinds}

@@ -283,16 +283,22 @@ def main():
     parser.add_argument('--repeats', type=int, default=15)
     parser.add_argument('--threads', type=int, default=1)
     parser.add_argument('--only', choices=['overhead', 'hook', 'all_reduce'])
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.batches, args.repeats = [2], 1
     torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, threads: {torch.get_num_threads()}')
     torch.manual_seed(0)
     if args.only in (None, 'overhead'):
         bench_overheads(args)
     if args.only in (None, 'hook'):
-        bench_hook()
+        bench_hook(*((2, 64) if args.smoke else ()))
     if args.only in (None, 'all_reduce'):
-        bench_all_reduce(max(args.repeats, 50) * 4)
+        bench_all_reduce(4 if args.smoke else max(args.repeats, 50) * 4)
 
 
 def bench_overheads(args):

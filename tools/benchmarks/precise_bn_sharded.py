@@ -205,7 +205,13 @@ def main():
         nargs='+',
         default=['FSDP1', 'FSDP2'],
         choices=['FSDP1', 'FSDP2'])
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.batches = 1, 2
     rounds = args.rounds or (3 if args.quick else 11)
     os.environ['OMP_NUM_THREADS'] = '1'  # inherited by the ranks
     results = run(args.strategies, rounds, args.batches)

@@ -118,7 +118,13 @@ def main() -> None:
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument(
         '--names', type=int, nargs='+', default=[10, 100, 1000])
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.iters, args.rounds, args.names = 3, 1, [10]
     torch.set_num_threads(1)
     results = {n: dict(publication=[], add_scalars=[]) for n in args.names}
     for _ in range(args.rounds):

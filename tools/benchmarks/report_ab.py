@@ -77,7 +77,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--ref', default='main~1')
     parser.add_argument('--rounds', type=int, default=7)
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.ref, args.rounds = 'HEAD', 1
     with tempfile.TemporaryDirectory() as before:
         archive = subprocess.run(['git', 'archive', args.ref, 'mmstats'],
                                  cwd=ROOT,

@@ -78,9 +78,15 @@ def time_update(names: int, kind: str, sketch: bool) -> tuple:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument(
+        '--smoke',
+        action='store_true',
+        help='tiny sizes, one repeat: checks the script runs (the suite)')
     args = parser.parse_args()
+    if args.smoke:
+        args.repeats = 1
     torch.set_num_threads(1)
-    for numel in (2**16, 2**20):
+    for numel in (2**10, ) if args.smoke else (2**16, 2**20):
         runs = {False: [], True: []}
         for _ in range(args.repeats):
             for sketch in (False, True):
@@ -88,7 +94,8 @@ def main() -> None:
                 gc.collect()
         off, on = (statistics.median(runs[s]) * 1e3 for s in (False, True))
         print(f'report() of {numel} randn: {off:.3f} / {on:.3f} ms')
-    for kind, counts in (('loss', (100, 1000)), ('randn', (100, ))):
+    counts = ((10, ), (10, )) if args.smoke else ((100, 1000), (100, ))
+    for kind, counts in zip(('loss', 'randn'), counts):
         for names in counts:
             runs = {False: [], True: []}
             for _ in range(args.repeats):

@@ -22,7 +22,7 @@ It writes ``<work_dir>/recorder/rank<R>.pkl`` in ``after_train``.
 Example:
     .. code-block:: python
 
-        custom_imports = dict(imports=['mmstats.utils.cpu_dist',
+        custom_imports = dict(imports=['mmstats.launch.cpu_dist',
                                        'downstream_recorder'])
         custom_hooks = [..., dict(type='DownstreamRecorderHook',
                                   modules=r'backbone\\.layer\\d')]

@@ -1,7 +1,7 @@
 # An mmpretrain-style full config (the shape of mmpretrain 1.2.0's
 # resnet18_8xb16_cifar10.py with its bases merged, plus the usual
 # additions: clip_grad, paramwise_cfg, EMAHook, an mmstats hook). Only
-# loaded and merged by tests/test_integrations/test_launch_strategies.py
+# loaded and merged by tests/test_launch/test_setup_strategies.py
 # (CI does not install mmpretrain): it must merge with every strategy
 # fragment of configs/_base_/strategies/ without an edit.
 default_scope = 'mmpretrain'

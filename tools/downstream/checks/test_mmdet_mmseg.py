@@ -315,7 +315,7 @@ def test_trains_every_iteration_on_every_rank(run: Run) -> None:
     for rank in run.ranks:
         assert rank['world_size'] == run.nproc
         assert [r['iter'] for r in rank['iters']] == list(range(1, iters + 1))
-    # torchrun's processes in one gloo group (mmstats.utils.cpu_dist)
+    # torchrun's processes in one gloo group (mmstats.launch.cpu_dist)
     assert 'Distributed launcher: pytorch' in run.log
     assert f'GPU number: {run.nproc}' in run.log  # mmengine's world size
 

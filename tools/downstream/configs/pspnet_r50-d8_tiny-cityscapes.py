@@ -6,7 +6,7 @@
 _base_ = ['mmseg::pspnet/pspnet_r50-d8_4xb2-40k_cityscapes-512x1024.py']
 
 custom_imports = dict(
-    imports=['mmstats.utils.cpu_dist', 'downstream_recorder'],
+    imports=['mmstats.launch.cpu_dist', 'downstream_recorder'],
     allow_failed_imports=False)
 
 crop_size = (64, 128)

@@ -9,7 +9,7 @@
 _base_ = ['mmpretrain::resnet/resnet18_8xb32_in1k.py']
 
 custom_imports = dict(
-    imports=['mmstats.utils.cpu_dist', 'downstream_recorder'],
+    imports=['mmstats.launch.cpu_dist', 'downstream_recorder'],
     allow_failed_imports=False)
 
 model = dict(

@@ -8,7 +8,7 @@
 _base_ = ['mmdet::retinanet/retinanet_r50_fpn_1x_coco.py']
 
 custom_imports = dict(
-    imports=['mmstats.utils.cpu_dist', 'downstream_recorder'],
+    imports=['mmstats.launch.cpu_dist', 'downstream_recorder'],
     allow_failed_imports=False)
 
 classes = ('square', 'bar', 'blob')

@@ -10,8 +10,8 @@ from mmengine.runner import Runner
 
 from tests.helpers.module_stats import NAMES, module_stats_cfg, scalars
 from tests.helpers.toy import ToyBNModel
-from tests.test_hooks.test_module_stats_optimizer import (StateRecorder,
-                                                          reference)
+from tests.test_module_stats.test_module_stats_optimizer import (StateRecorder,
+                                                                 reference)
 
 
 @MODELS.register_module(force=True)

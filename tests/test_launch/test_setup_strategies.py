@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 from mmengine.config import Config
 
+from mmstats.launch import (LaunchRefused, check_checkpoints,
+                            check_runner_type, setup_launcher)
 from mmstats.tools.launcher import build_runner
-from mmstats.utils import (LaunchRefused, check_checkpoints, check_runner_type,
-                           setup_launcher)
 from tests.helpers.launch import launch
 from tests.helpers.torch_versions import DEEPSPEED
 from tests.test_integrations.test_tools_exit import load_tool
@@ -267,3 +267,31 @@ def test_the_launcher_resolves_mmstats_fragments(tmp_path):
     cfg = train.build_config(train.parse_args([str(child)]))
     assert cfg.strategy.type == 'mmstats.FSDP2Strategy'
     assert cfg.runner_type == 'FlexibleRunner'
+
+
+class _CountingConfig(dict):
+    """A config that counts the reads of its ``strategy``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.strategy_reads = 0
+
+    def get(self, key, default=None):
+        self.strategy_reads += key == 'strategy'
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.strategy_reads += key == 'strategy'
+        return super().__getitem__(key)
+
+
+def test_setup_launcher_reads_the_strategy_once(monkeypatch):
+    from mmstats.launch import setup as launch_setup
+    monkeypatch.setattr(launch_setup, 'GROUP_STRATEGIES', ())  # no group
+    cfg = _CountingConfig(
+        launcher='none',
+        runner_type='FlexibleRunner',
+        strategy=dict(type='mmstats.FSDPStrategy', state_dict_cfg='full'),
+        resume=False)
+    setup_launcher(cfg)
+    assert cfg.strategy_reads == 1

@@ -1,4 +1,4 @@
-"""``custom_imports=dict(imports=['mmstats.utils.cpu_dist'])``: another
+"""``custom_imports=dict(imports=['mmstats.launch.cpu_dist'])``: another
 package's ``tools/train.py`` on 2 CPU processes under a real torchrun."""
 import json
 import os
@@ -13,8 +13,8 @@ import torch
 from mmengine.registry import MODEL_WRAPPERS
 from mmengine.runner import FlexibleRunner, Runner
 
-from mmstats.utils import cpu_dist, setup_launcher
-from mmstats.utils.launch_setup import no_buffer_sync_kwargs
+from mmstats.launch import cpu_dist, setup_launcher
+from mmstats.launch.setup import no_buffer_sync_kwargs
 from tests.helpers.dist import free_port, run_distributed
 from tests.helpers.runner import toy_cfg
 from tests.helpers.without_deepspeed import env_without_deepspeed
@@ -130,7 +130,7 @@ def test_foreign_train_script_on_two_cpu_processes(tmp_path):
         max_epochs=1,
         log_interval=3)
     cfg.custom_imports = dict(
-        imports=['tests.helpers.toy', 'mmstats.utils.cpu_dist'])
+        imports=['tests.helpers.toy', 'mmstats.launch.cpu_dist'])
     cfg.custom_hooks = [
         dict(type='mmstats.StatsCollectorHook', stats=('num', 'mean')),
         dict(type='ForeignLossRecorderHook')

@@ -5,8 +5,8 @@ import os.path as osp
 
 from mmengine.visualization import LocalVisBackend
 
-from mmstats.utils.step_records import (LOOK_BACK, StepRecordJoiner,
-                                        join_step_records)
+from mmstats.publish.step_records import (LOOK_BACK, StepRecordJoiner,
+                                          join_step_records)
 
 
 def _lines(path):
