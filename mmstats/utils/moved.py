@@ -15,10 +15,9 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Tuple
 
 # the names mmstats.utils exported before issue 54, in mmstats.launch now
-_LAUNCH_NAMES = ('allow_mmengine_checkpoints',
-                 'check_checkpoints', 'check_runner_type',
-                 'finish_distributed', 'init_cpu_distributed',
-                 'registered_name', 'setup_launcher')
+_LAUNCH_NAMES = ('allow_mmengine_checkpoints', 'check_checkpoints',
+                 'check_runner_type', 'finish_distributed',
+                 'init_cpu_distributed', 'registered_name', 'setup_launcher')
 
 #: old public path -> (new path, the release that removes the old path).
 #: Modules map to modules, names to ``module.name``.
