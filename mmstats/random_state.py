@@ -18,7 +18,7 @@ import torch
 
 __all__ = [
     'capture_random_state', 'restore_random_state', 'gather_states',
-    'STATES_KEY'
+    'STATES_KEY', 'STATES_HELD_KEY'
 ]
 
 
@@ -84,3 +84,8 @@ def gather_states(state: Optional[dict] = None) -> List[dict]:
 #: ``RandomStateHook`` restores at a resume; ``CheckpointHook``'s preemption
 #: save writes it too)
 STATES_KEY = 'mmstats/random_states'
+#: set True by a save that keeps the generators' states its own way (the
+#: preemption save of ``CheckpointHook``, which replays them): the next
+#: save leaves :data:`STATES_KEY` as that save set it, once
+#: (``RandomStateHook``'s save wrapper reads and clears it)
+STATES_HELD_KEY = 'mmstats/random_states_held'

@@ -2,6 +2,7 @@
 """CheckpointHook: mmengine's, such that a run that stops costs at most one
 step (``docs/checkpoints.md``, "When a run stops")."""
 from __future__ import annotations
+import inspect
 import os.path as osp
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
@@ -14,9 +15,11 @@ from mmstats.checkpoints import (Preempted, StopRequest, agree, finish_save,
                                  partial_name, refuse_damaged,
                                  remove_checkpoint, write_last_checkpoint)
 from mmstats.checkpoints.stop import agree_min
-from mmstats.random_state import (STATES_KEY, capture_random_state,
-                                  gather_states, restore_random_state)
+from mmstats.random_state import (STATES_HELD_KEY, STATES_KEY,
+                                  capture_random_state, gather_states,
+                                  restore_random_state)
 from mmstats.registry import HOOKS
+from mmstats.utils.args import check_keywords
 
 if TYPE_CHECKING:  # imported at run time only (docs/architecture.md)
     from mmengine.runner import Runner
@@ -37,6 +40,7 @@ SCHEMES = ('consolidate://', )
 
 
 @HOOKS.register_module()
+@check_keywords
 class CheckpointHook(MMEngineCheckpointHook):
     """mmengine's ``CheckpointHook`` (every argument of it, the same
     behaviour), with three things more:
@@ -66,7 +70,9 @@ class CheckpointHook(MMEngineCheckpointHook):
     ``default_hooks.checkpoint.type='mmstats.CheckpointHook'``.
 
     Args:
-        *args: mmengine's ``CheckpointHook`` arguments.
+        *args: mmengine's ``CheckpointHook`` arguments (a keyword it does not
+            name is refused at build: mmengine would pass it on to
+            ``runner.save_checkpoint`` and fail at the first save).
         stop_signals (Sequence[str], optional): The signals that stop the
             run with a checkpoint. None or ``()`` switches preemption
             handling off. Defaults to ``('SIGTERM', 'SIGUSR1')``.
@@ -93,6 +99,20 @@ class CheckpointHook(MMEngineCheckpointHook):
         # a resumed preemption's states: at the loop's start, at the stop;
         # the batches of the epoch trained before it
         self._resumed: tuple = (None, None, 0)
+
+    # mmengine's arguments by name and stop_signals, nothing else: mmengine
+    # hands unknown keywords to runner.save_checkpoint, which takes none
+    # beyond them (a misspelt one failed at the first save); here
+    # check_keywords refuses it at build, naming the closest argument
+    __init__.__signature__ = inspect.Signature([
+        p for p in inspect.signature(MMEngineCheckpointHook.__init__).
+        parameters.values() if p.kind is not p.VAR_KEYWORD
+    ] + [
+        inspect.Parameter(
+            'stop_signals',
+            inspect.Parameter.KEYWORD_ONLY,
+            default=('SIGTERM', 'SIGUSR1'))
+    ])
 
     # -- loading -----------------------------------------------------------
     def before_run(self, runner: Runner) -> None:
@@ -262,6 +282,7 @@ class CheckpointHook(MMEngineCheckpointHook):
         info.update_info(VAL_KEY, in_val)
         info.update_info(POSITION_KEY, (meta['epoch'], meta['iter']))
         info.update_info(STATES_KEY, None)  # restored here, not by
+        info.update_info(STATES_HELD_KEY, True)  # (for this save)
         # RandomStateHook: before the loader draws, then after the replay
         filename = f'iter_{meta["iter"]}_preempted.pth'
         path = osp.join(self.out_dir, filename)

@@ -10,8 +10,9 @@ from mmengine.dist import get_rank, get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
-from mmstats.random_state import (STATES_KEY, capture_random_state,
-                                  gather_states, restore_random_state)
+from mmstats.random_state import (STATES_HELD_KEY, STATES_KEY,
+                                  capture_random_state, gather_states,
+                                  restore_random_state)
 from mmstats.registry import HOOKS
 from mmstats.utils.args import check_keywords
 
@@ -136,9 +137,11 @@ class RandomStateHook(Hook):
 
         @functools.wraps(save)
         def save_checkpoint(*args, **kwargs):
-            # validation set training's states aside: those are resumed
-            runner.message_hub.update_info(INFO_KEY,
-                                           gather_states(hook._before_val))
+            info = runner.message_hub
+            if info.get_info(STATES_HELD_KEY):  # this save keeps its own
+                info.update_info(STATES_HELD_KEY, False)
+            else:  # validation set training's states aside: resumed
+                info.update_info(INFO_KEY, gather_states(hook._before_val))
             return save(*args, **kwargs)
 
         # what the instance had (another wrapper) or None (the class's)
