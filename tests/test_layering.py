@@ -559,14 +559,25 @@ MAX_HOOK_ARGUMENTS = 12
 
 def hook_arguments() -> dict:
     """The number of constructor arguments of every hook mmstats
-    registers, by name."""
+    registers, by name: those it adds to the mmengine hook it subclasses
+    (a drop-in such as ``mmstats.CheckpointHook`` takes mmengine's own
+    arguments as they are; only its own count)."""
     import inspect
+
+    from mmengine.hooks import Hook
 
     import mmstats.hooks  # noqa: F401 (registers them)
     from mmstats.registry import HOOKS
+
+    def names(cls) -> set:
+        return set(inspect.signature(cls.__init__).parameters) - {'self'}
+
     counts = {}
     for name, cls in HOOKS.module_dict.items():
-        counts[name] = len(inspect.signature(cls.__init__).parameters) - 1
+        base = next(b for b in cls.__mro__[1:]
+                    if b.__module__.startswith('mmengine.'))
+        inherited = names(base) if base is not Hook else set()
+        counts[name] = len(names(cls) - inherited)
     return counts
 
 

@@ -26,6 +26,8 @@ FIGURES = {
                      rf'^200 names, one per step.* first updates {NUM} us'),
     'collector_names.py': (rf'^update\(\) with a small table: {NUM} us', ),
     'gpu.py': (r'StatsCollectorHook \(interval 10\):.*paired overhead', ),
+    'hangs.py': (rf'^demo: \d+ iterations, median {NUM} ms',
+                 r'^1,000 ranks by the same arithmetic: '),
     'health_module.py': (rf'^watch_nonfinite=True\s+{NUM} ms', ),
     'health_spikes_histograms.py':
     (rf'^spikes \(defaults\): hook time per publication \(ms\)\s+{NUM}', ),
@@ -42,6 +44,8 @@ FIGURES = {
     ),
     'precise_bn_sharded.py':
     (rf'^FSDP1\s+\|\s+{NUM}', rf'^FSDP2\s+\|\s+{NUM}'),
+    'preemption.py': (rf"^rank1 got SIGTERM at epoch 2's first log line: "
+                      rf'checkpoint complete {NUM} s later', ),
     'publication.py': (rf'^\s+10\s+40\s+{NUM}\s+{NUM}', ),
     'report.py': (rf'^0-d float32\s+\d+\s+\d+\s+{NUM}',
                   rf'^Collector\.update\(\) \(3 all_reduces\)\s+{NUM}',
