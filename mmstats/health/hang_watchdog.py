@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Optional, Union
 from mmengine.dist import broadcast_object_list
 from mmengine.logging import MMLogger, print_log
 
-from mmstats.utils.torch_compat import default_store
+from mmstats.utils.torch_compat import default_store, store_has_key
 from .hangs import (HANG_EXIT_CODE, HangConfig, Progress, RankRecord, Stall,
                     dump_path, find_stall, hang_message)
 
@@ -70,7 +70,7 @@ class StoreChannel:
         known = set(self._present)
         for rank in range(self.world_size):
             key = self._key(f'rank{rank}')
-            if rank not in known and self.store.check([key]):
+            if rank not in known and store_has_key(self.store, key):
                 self._present.append(rank)
         keys = [self._key(f'rank{r}') for r in self._present]
         if not keys:
@@ -88,8 +88,9 @@ class StoreChannel:
     def verdict(self) -> Optional[str]:
         """The verdict, None before the first."""
         key = self._key('verdict')
-        return self.store.get(key).decode() if self.store.check([key
-                                                                 ]) else None
+        if not store_has_key(self.store, key):
+            return None
+        return self.store.get(key).decode()
 
     def mark_exited(self) -> int:
         """Count this rank among those exiting; the count."""

@@ -39,7 +39,7 @@ __all__ = [
     'require_cpu_fully_shard', 'dtensor_class', 'fsdp_module_class',
     'fully_shard_api', 'register_step_hooks', 'is_compiling', 'register_fake',
     'foreach_norm', 'flop_registry', 'aminmax', 'default_store',
-    'dcp_to_torch_save'
+    'store_has_key', 'dcp_to_torch_save'
 ]
 
 
@@ -106,6 +106,29 @@ def default_store() -> Optional[Any]:
     return getter() if getter is not None else None
 
 
+def store_has_key(store: Any, key: str) -> bool:
+    """Whether ``key`` is set in a ``torch.distributed`` store, without
+    waiting for it: ``Store.check`` (torch >= 2.2); before, a wait of one
+    millisecond (torch 2.1's stores have no ``check``).
+
+    Example:
+        >>> import torch.distributed as dist
+        >>> store = dist.HashStore()
+        >>> store.set('a', '1')
+        >>> store_has_key(store, 'a'), store_has_key(store, 'b')
+        (True, False)
+    """
+    check = getattr(store, 'check', None)
+    if check is not None:
+        return check([key])
+    from datetime import timedelta
+    try:
+        store.wait([key], timedelta(milliseconds=1))
+    except RuntimeError:  # the wait's timeout: not set
+        return False
+    return True
+
+
 def require_cpu_fully_shard(feature: str) -> None:
     """Raise RuntimeError naming ``feature`` and the torch it needs where
     FSDP2 would run on the CPU (no CUDA) with torch < 2.6, whose
@@ -114,7 +137,8 @@ def require_cpu_fully_shard(feature: str) -> None:
     insufficient").
 
     Example:
-        >>> require_cpu_fully_shard('anything')  # torch >= 2.6 here
+        >>> if torch_at_least('2.6') or torch.cuda.is_available():
+        ...     require_cpu_fully_shard('FSDP2')  # nothing to refuse
     """
     if not torch.cuda.is_available() and not torch_at_least('2.6'):
         raise RuntimeError(

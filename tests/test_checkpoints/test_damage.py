@@ -14,6 +14,7 @@ from mmstats.checkpoints import (COMPLETE, checkpoint_problem,
                                  write_last_checkpoint)
 from mmstats.checkpoints.files import publish, write_marker
 from mmstats.checkpoints.together import local_problem
+from tests.helpers.torch_versions import needs_torch
 
 
 def _file(path) -> str:
@@ -113,6 +114,7 @@ def test_a_deepspeed_resume_on_another_world_size_names_both(tmp_path):
 
 
 @pytest.mark.filterwarnings('ignore:torch.distributed is disabled')
+@needs_torch('2.2', 'torch.distributed.checkpoint.save')
 def test_a_sharded_directory_missing_or_cutting_a_shard(tmp_path):
     """A DCP directory (one process writes one ``__0_0.distcp``) named by
     the sharded format's marker; the files its ``.metadata`` points into

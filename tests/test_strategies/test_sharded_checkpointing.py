@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from tests.helpers.dist import run_distributed
+from tests.helpers.torch_versions import STATE_DICT_API
 
 
 def _model() -> nn.Module:
@@ -131,6 +132,7 @@ def test_a_rank_shard_is_never_written_as_the_whole_tensor():
         assert 'local shape (2, 2) of (4, 2)' in message
 
 
+@STATE_DICT_API  # mmstats.FSDPStrategy needs it
 def test_one_name_per_format_with_mmengines_local_mapped():
     """Both strategies take 'full' and 'sharded'; mmengine's 'local' (and
     its dict form) is 'sharded'; anything else is refused naming the
