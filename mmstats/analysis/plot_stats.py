@@ -23,7 +23,6 @@ decade are drawn on a log axis (or always with ``--log-loss``) and bands
 never leave the range of the values (nor [0, 1] for bounded quantities).
 """
 import argparse
-import glob
 import os.path as osp
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -34,7 +33,8 @@ from mmstats.analysis.figures import (colorbar, one_value, panel_grid, save,
                                       title)
 from mmstats.analysis.plot_curves import work_dir_of
 from mmstats.analysis.runs import load_scalars  # noqa: F401
-from mmstats.analysis.runs import Series, load_run, mark_resumes, resumed_text
+from mmstats.analysis.runs import (Series, launches, load_run, mark_resumes,
+                                   resumed_text)
 
 QUANTILE = re.compile(r'p(\d{1,2}(?:\.\d+)?)$')
 BASE_STATS = ('num', 'mean', 'std', 'min', 'max', 'nonfinite')
@@ -56,16 +56,9 @@ __all__ = ['main']
 
 
 def find_scalars(work_dir: str) -> str:
-    """The newest ``scalars.json`` under ``work_dir`` (or the file itself)."""
-    if osp.isfile(work_dir):
-        return work_dir
-    found = sorted(
-        glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
-    if not found:
-        raise FileNotFoundError(
-            f'no */vis_data/scalars.json under {work_dir!r}: is it the '
-            '--work-dir of a run with LocalVisBackend?')
-    return found[-1]
+    """The newest ``scalars.json`` under ``work_dir`` (or the file itself):
+    the last of :func:`~mmstats.analysis.runs.launches`."""
+    return launches(work_dir)[-1]
 
 
 def epoch_units(scalars_path: str) -> Tuple[bool, bool]:

@@ -68,17 +68,22 @@ def _file_problem(path: str) -> Optional[str]:
 
 def _listed_problem(path: str, listed: dict) -> Optional[str]:
     """Files of the marker missing or smaller than when they were written."""
-    missing = [name for name in listed if not osp.isfile(osp.join(path, name))]
+    return _files_problem(path, listed, 'of')
+
+
+def _files_problem(path: str, sizes: dict, bound: str) -> Optional[str]:
+    """Files of ``sizes`` (name: bytes) missing under ``path`` or smaller
+    than their size (``bound``: ``'of'`` an exact size, ``'of at least'``
+    an end the index points to)."""
+    missing = [name for name in sizes if not osp.isfile(osp.join(path, name))]
     if missing:
         return f'lacks {_describe(missing)}'
     short = [
-        f'{name} ({_size(osp.getsize(osp.join(path, name)))} of '
-        f'{_size(size)})' for name, size in listed.items()
+        f'{name} ({_size(osp.getsize(osp.join(path, name)))} {bound} '
+        f'{_size(size)})' for name, size in sizes.items()
         if osp.getsize(osp.join(path, name)) < size
     ]
-    if short:
-        return f'has files cut short: {", ".join(short)}'
-    return None
+    return f'has files cut short: {", ".join(short)}' if short else None
 
 
 def _describe(names: List[str]) -> str:
@@ -106,15 +111,7 @@ def _sharded_problem(path: str) -> Optional[str]:
     for info in storage.values():
         name = info.relative_path
         ends[name] = max(ends.get(name, 0), info.offset + info.length)
-    missing = [n for n in ends if not osp.isfile(osp.join(path, n))]
-    if missing:
-        return f'lacks {_describe(missing)}'
-    short = [
-        f'{n} ({_size(osp.getsize(osp.join(path, n)))} of at least '
-        f'{_size(end)})' for n, end in ends.items()
-        if osp.getsize(osp.join(path, n)) < end
-    ]
-    return f'has files cut short: {", ".join(short)}' if short else None
+    return _files_problem(path, ends, 'of at least')
 
 
 def _deepspeed_ranks(path: str, pattern: re.Pattern = _DS_OPTIM) -> List[int]:
