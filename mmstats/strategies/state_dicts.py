@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
 
+from mmstats.utils.torch_compat import sharded_tensor_class
 from .consolidate import EXTRA, MARKER, is_sharded_checkpoint, read_extra
 
 __all__ = [
@@ -60,11 +61,8 @@ def _leaves(obj: Any, prefix: str = '') -> Iterator[Tuple[str, Any]]:
 
 def _is_partial(value: Any) -> bool:
     """A tensor that holds one rank's part of a larger one."""
-    try:
-        from torch.distributed._shard.sharded_tensor import ShardedTensor
-    except ImportError:  # pragma: no cover - a torch without it
-        ShardedTensor = ()
-    if isinstance(value, ShardedTensor):
+    sharded_tensor = sharded_tensor_class()
+    if sharded_tensor is not None and isinstance(value, sharded_tensor):
         return True
     placements = getattr(value, 'placements', None)  # a DTensor
     return placements is not None and not all(p.is_replicate()

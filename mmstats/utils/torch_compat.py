@@ -27,6 +27,9 @@ API) asks :func:`require_torch`, which refuses with the version it needs.
 - The default process group's store: no public accessor in torch 2.1 to
   2.14; ``distributed_c10d._get_default_store`` in all of them
   (:func:`default_store`).
+- FSDP1's ``SHARDED_STATE_DICT`` tensors: ``ShardedTensor``, only in the
+  private ``torch.distributed._shard`` in every version
+  (:func:`sharded_tensor_class`).
 """
 import re
 import sys
@@ -36,10 +39,10 @@ import torch
 
 __all__ = [
     'TORCH_VERSION', 'COMPILED_OPS', 'torch_at_least', 'require_torch',
-    'require_cpu_fully_shard', 'dtensor_class', 'fsdp_module_class',
-    'fully_shard_api', 'register_step_hooks', 'is_compiling', 'register_fake',
-    'foreach_norm', 'flop_registry', 'aminmax', 'default_store',
-    'store_has_key', 'dcp_to_torch_save'
+    'require_cpu_fully_shard', 'dtensor_class', 'sharded_tensor_class',
+    'fsdp_module_class', 'fully_shard_api', 'register_step_hooks',
+    'is_compiling', 'register_fake', 'foreach_norm', 'flop_registry',
+    'aminmax', 'default_store', 'store_has_key', 'dcp_to_torch_save'
 ]
 
 
@@ -162,6 +165,24 @@ def dtensor_class() -> type:
     except ImportError:
         from torch.distributed._tensor import DTensor
     return DTensor
+
+
+def sharded_tensor_class() -> Optional[type]:
+    """FSDP1's ``ShardedTensor`` (what its ``SHARDED_STATE_DICT`` holds),
+    or None where torch has none. torch exports it from no public module
+    (2.1 to 2.14: ``torch.distributed._shard.sharded_tensor`` only), so
+    the private import lives here, beside the other shims.
+
+    Example:
+        >>> getattr(sharded_tensor_class(), '__name__', None) in (
+        ...     'ShardedTensor', None)
+        True
+    """
+    try:
+        from torch.distributed._shard.sharded_tensor import ShardedTensor
+    except ImportError:  # pragma: no cover - a torch without it
+        return None
+    return ShardedTensor
 
 
 def fsdp_module_class() -> Optional[type]:
