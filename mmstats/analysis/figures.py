@@ -45,6 +45,7 @@ Example:
     "'a panel' (figure) overlaps 'planted' (figure)"
     >>> plt.close('all')
 """
+import argparse
 import glob
 import math
 import os
@@ -88,6 +89,29 @@ def run_name(vis_data: str) -> str:
         return osp.basename(path)
     run = osp.dirname(path)
     return f'{osp.basename(osp.dirname(run))}/{osp.basename(run)}'
+
+
+def figure_parser(doc: str,
+                  png: str,
+                  source: str = 'a work dir or a scalars.json'
+                  ) -> argparse.ArgumentParser:
+    """The command line every plot tool starts from: its description (the
+    first line of ``doc``), ``work_dir`` (``source``) and ``--out`` (the
+    PNG, default ``png`` in the run's ``vis_data``); a tool adds its own.
+
+    Example:
+        >>> parser = figure_parser('Draw a run.\\n...', 'curves.png')
+        >>> args = parser.parse_args(['work_dirs/demo'])
+        >>> args.work_dir, args.out
+        ('work_dirs/demo', None)
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument('work_dir', help=source)
+    parser.add_argument(
+        '--out',
+        default=None,
+        help=f"the PNG to write (default: {png} in the run's vis_data)")
+    return parser
 
 
 def title(fig: Any, what: str, vis_data: str) -> None:

@@ -11,12 +11,11 @@ launches joined, the resumes marked); prints ``wrote PATH``.
 ``mmstats-train`` draws it at the end of a run, ``mmstats-plot`` with the
 other figures.
 """
-import argparse
 import os.path as osp
 import sys
 from typing import Any, Optional, Sequence
 
-from mmstats.analysis.figures import save, title
+from mmstats.analysis.figures import figure_parser, save, title
 from mmstats.analysis.runs import (Series, load_run, load_scalars,
                                    mark_resumes, resumed_text)
 
@@ -122,13 +121,7 @@ def main(argv: Optional[list] = None) -> str:
 
             python -m mmstats.analysis.plot_curves work_dirs/demo
     """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('work_dir', help='a work dir or a scalars.json')
-    parser.add_argument(
-        '--out',
-        default=None,
-        help="the PNG to write (default: curves.png in the run's vis_data)")
-    args = parser.parse_args(argv)
+    args = figure_parser(__doc__, 'curves.png').parse_args(argv)
     import matplotlib
     matplotlib.use('Agg')
     run = load_run(work_dir_of(args.work_dir))

@@ -18,14 +18,13 @@ one bin) has no colour bar; its title says the share, on a second
 line. Reads the event files under ``WORK_DIR/*/vis_data`` (or a
 directory of event files) with tensorboard's ``EventAccumulator``.
 """
-import argparse
 import os.path as osp
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mmstats.analysis.figures import (colorbar, one_value, panel_grid, save,
-                                      title, vis_data_dir)
+from mmstats.analysis.figures import (colorbar, figure_parser, one_value,
+                                      panel_grid, save, title, vis_data_dir)
 from mmstats.analysis.runs import load_run, mark_resumes, resumed_text, stitch
 
 ROWS = 160  # value bins of the drawing
@@ -203,14 +202,9 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
 
             python -m mmstats.analysis.plot_histograms work_dirs/demo
     """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('work_dir', help='a work dir or an event directory')
+    parser = figure_parser(__doc__, 'histograms.png',
+                           'a work dir or an event directory')
     parser.add_argument('--tags', nargs='+', help='histogram tags to draw')
-    parser.add_argument(
-        '--out',
-        default=None,
-        help="the PNG to write (default: histograms.png in the run's "
-        'vis_data)')
     args = parser.parse_args(argv)
     directory = vis_data_dir(args.work_dir)
     histograms, resumed_at = load_run_histograms(args.work_dir)

@@ -22,15 +22,14 @@ validation), legends sit outside the axes, losses spanning more than a
 decade are drawn on a log axis (or always with ``--log-loss``) and bands
 never leave the range of the values (nor [0, 1] for bounded quantities).
 """
-import argparse
 import os.path as osp
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mmstats.analysis.figures import (colorbar, one_value, panel_grid, save,
-                                      title)
+from mmstats.analysis.figures import (colorbar, figure_parser, one_value,
+                                      panel_grid, save, title)
 from mmstats.analysis.plot_curves import work_dir_of
 from mmstats.analysis.runs import load_scalars  # noqa: F401
 from mmstats.analysis.runs import (Series, launches, load_run, mark_resumes,
@@ -327,8 +326,7 @@ def main(argv: Optional[list] = None) -> str:
 
             python -m mmstats.analysis.plot_stats work_dirs/demo
     """
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('work_dir', help='a work dir or a scalars.json')
+    parser = figure_parser(__doc__, 'stats.png')
     parser.add_argument(
         '--keys',
         nargs='+',
@@ -342,9 +340,6 @@ def main(argv: Optional[list] = None) -> str:
         '--log-loss',
         action='store_true',
         help='log y axis for every loss panel')
-    parser.add_argument(
-        '--out',
-        help="PNG of the names (default: stats.png in the run's vis_data)")
     parser.add_argument(
         '--modules-out',
         help='PNG of the module heat maps '

@@ -13,12 +13,11 @@ run) the legend names it instead. The x axis is the iteration each
 publication ends at; each point covers the iterations since the previous
 one.
 """
-import argparse
 import os.path as osp
 import sys
 from typing import Any, Optional, Sequence
 
-from mmstats.analysis.figures import colorbar, save, title  # noqa: E402
+from mmstats.analysis.figures import colorbar, figure_parser, save, title
 from mmstats.analysis.plot_curves import work_dir_of
 from mmstats.analysis.plot_stats import find_scalars  # noqa: F401
 from mmstats.analysis.runs import load_scalars  # noqa: F401
@@ -129,14 +128,7 @@ def main(argv: Optional[list] = None) -> str:
 
             python -m mmstats.analysis.plot_throughput work_dirs/demo
     """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('work_dir', help='a work dir or a scalars.json')
-    parser.add_argument(
-        '--out',
-        default=None,
-        help="the PNG to write (default: throughput.png in the run's "
-        'vis_data)')
-    args = parser.parse_args(argv)
+    args = figure_parser(__doc__, 'throughput.png').parse_args(argv)
     path = plot_throughput(args.work_dir, args.out)
     if path is None:
         sys.exit(f'no ThroughputHook keys in {args.work_dir}')
