@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from mmstats.checkpoints.safe_load import load_checkpoint_file
+
 __all__ = [
     'SCHEME', 'MARKER', 'read_full_checkpoint',
     'register_consolidating_loader', 'is_checkpoint_directory',
@@ -94,16 +96,16 @@ def read_extra(path: str) -> dict:
     """The non-tensor parts of the sharded checkpoint ``path`` (rank 0's
     ``extra.pth``: ``meta``, ``message_hub``, ``param_schedulers``...),
     loaded on the CPU as mmengine's own ``_load_checkpoint`` loads a file:
-    with torch's default ``weights_only``, which reads mmengine's objects
-    once :func:`mmstats.launch.allow_mmengine_checkpoints` allowlisted them
-    (the launchers and the converter do). The one reader of that file.
+    with torch's default ``weights_only``, mmengine's objects allowed for
+    this read only (:func:`mmstats.checkpoints.safe_load.
+    load_checkpoint_file`). The one reader of that file.
 
     Example:
         .. code-block:: python
 
             meta = read_extra('work_dirs/fsdp/epoch_2.pth')['meta']
     """
-    return torch.load(osp.join(path, EXTRA), map_location='cpu')
+    return load_checkpoint_file(osp.join(path, EXTRA))
 
 
 def read_deepspeed_checkpoint(path: str) -> dict:
@@ -124,6 +126,8 @@ def read_deepspeed_checkpoint(path: str) -> dict:
     dirname, tag = osp.split(osp.normpath(path))
     state_dict = get_fp32_state_dict_from_zero_checkpoint(dirname, tag=tag)
     model_states = sorted(glob.glob(osp.join(path, '*model_states.pt')))
+    # DeepSpeed's file, read as DeepSpeed's own loader reads it
+    # (weights_only=False: it pickles DeepSpeed's config objects)
     client = torch.load(
         model_states[0], map_location='cpu',
         weights_only=False) if model_states else {}
@@ -170,7 +174,7 @@ def read_full_checkpoint(path: str) -> dict:
     if is_deepspeed_checkpoint(path):
         return read_deepspeed_checkpoint(path)
     if osp.isfile(path):  # already whole (DDP's keys lose ``module.``)
-        checkpoint = torch.load(path, map_location='cpu')
+        checkpoint = load_checkpoint_file(path)
         checkpoint['state_dict'] = {
             re.sub(r'^module\.', '', k): v
             for k, v in checkpoint['state_dict'].items()

@@ -1,17 +1,14 @@
 """``mmstats.launch.checkpoints``: after ``allow_mmengine_checkpoints`` a
-checkpoint holding mmengine's own objects loads with
-``torch.load(weights_only=True)``; the pickle's ``getattr`` reaches only the
-attributes it allows."""
+checkpoint holding mmengine's own objects loads with the Runner's plain
+``torch.load(weights_only=True)``."""
 import io
-import pickle
 
 import numpy as np
 import pytest
 import torch
 from mmengine.logging import HistoryBuffer
 
-from mmstats.launch.checkpoints import (allow_mmengine_checkpoints,
-                                        checkpoint_getattr)
+from mmstats.launch.checkpoints import allow_mmengine_checkpoints
 from tests.helpers.torch_versions import torch_at_least
 
 
@@ -28,9 +25,3 @@ def test_mmengine_objects_load_with_weights_only():
     blob.seek(0)
     loaded = torch.load(blob, weights_only=True)
     assert loaded['hub'].current() == 1.5 and loaded['step'] == 3
-
-
-def test_the_pickles_getattr_reaches_only_what_it_allows():
-    assert checkpoint_getattr(HistoryBuffer, 'mean') is HistoryBuffer.mean
-    with pytest.raises(pickle.UnpicklingError):
-        checkpoint_getattr(HistoryBuffer, '__init__')
