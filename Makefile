@@ -76,7 +76,8 @@ test-preemption: install
 
 # Every script of tools/benchmarks at a tiny size (--smoke): exits 0 and
 # prints its figure lines (tests/test_tools/test_benchmarks.py). A process
-# each, most training the demo: minutes of CPU, so not in make test.
+# each, most training the demo: ~3 min of CPU, a target of its own beside
+# make test (.ci/run runs both) so that the inner loop stays short.
 test-benchmarks: install
 	$(PYTEST) -m benchmarks $(TEST_PATHS)
 

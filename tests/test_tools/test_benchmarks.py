@@ -5,7 +5,7 @@ printed, with a number where the figure goes.
 
 These launches cost minutes of CPU (a Python process each, most of them
 training the demo): they carry the ``benchmarks`` marker and run in
-``make test-benchmarks``, not in ``make test``.
+``make test-benchmarks``, which ``.ci/run`` runs after ``make test``.
 """
 import os
 import pathlib
