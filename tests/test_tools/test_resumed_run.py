@@ -222,3 +222,26 @@ def test_two_work_dirs_are_drawn_against_each_other(run, capsys):
     out = str(run['path'] / 'compare.png')
     assert main([run['work'], str(other), '--out', out]) == [out]
     assert osp.getsize(out) > 10_000
+
+
+def test_a_resumed_launch_replaces_the_validations_it_repeats():
+    """Checkpoints every 2 epochs, validation every epoch: the interrupted
+    launch validated epochs 1-3 and was killed in epoch 4; the resume from
+    epoch 2 (iteration 20) validates epoch 3 again. Epochs are not
+    iterations, so the resume iteration cuts nothing here: the resumed
+    launch's first epoch does. Losses without a known resume iteration
+    (no ``resumed`` line in an old ``.log``) are cut the same way."""
+    from mmstats.analysis.runs import stitch
+    interrupted = {
+        'accuracy': ([1, 2, 3], [50., 60., 65.]),
+        'loss': ([10, 20, 30, 35], [4., 3., 2., 1.9]),
+    }
+    resumed = {
+        'accuracy': ([3, 4], [66., 70.]),
+        'loss': ([30, 40], [2.1, 1.5]),
+    }
+    whole = stitch([interrupted, resumed], [None, 20])
+    assert whole['accuracy'] == ([1, 2, 3, 4], [50., 60., 66., 70.])
+    assert whole['loss'] == ([10, 20, 30, 40], [4., 3., 2.1, 1.5])
+    unknown = stitch([interrupted, resumed], [None, None])
+    assert unknown['loss'] == ([10, 20, 30, 40], [4., 3., 2.1, 1.5])
