@@ -70,7 +70,7 @@ test-checkpoints: install
 
 # Kills and preemption signals, then --resume, under DDP, FSDP2 (both
 # formats) and ZeRO-3 (test_preemption.py: 4 x 5 two-process launches);
-# 21 min: not in .ci/run; run it where checkpoints change.
+# ~6.5 min alone, not in .ci/run: run it where checkpoints change.
 test-preemption: install
 	$(PYTEST) -m preemption_matrix $(TEST_PATHS)
 
